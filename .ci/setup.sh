@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks to build and test swift-blip: the system zlib headers and
+# pkg-config (CBLIPZlib links the system zlib), and python3 (the reference decoder used by the tests).
+set -euo pipefail
+
+missing=()
+dpkg -s zlib1g-dev >/dev/null 2>&1 || missing+=(zlib1g-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    sudo_cmd=()
+    [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+pkg-config --exists zlib || { echo "setup: pkg-config cannot find zlib" >&2; exit 1; }
+command -v swift >/dev/null 2>&1 || { echo "setup: swift is not on PATH" >&2; exit 1; }

@@ -1,0 +1,63 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let nioCore: Target.Dependency = .product(name: "NIOCore", package: "swift-nio")
+let propertyBased: Target.Dependency = .product(name: "PropertyBased", package: "swift-property-based")
+let crypto: Target.Dependency = .product(name: "Crypto", package: "swift-crypto")
+
+let package = Package(
+    name: "swift-blip",
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
+    products: [
+        .library(name: "BLIPWire", targets: ["BLIPWire"])
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
+        // test-only
+        .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CBLIPZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"]), .yum(["zlib-devel"]), .brew(["zlib"])]
+        ),
+        .target(
+            name: "BLIPWire",
+            dependencies: ["CBLIPZlib", nioCore],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BLIPWireTests",
+            dependencies: ["BLIPWire", "CBLIPZlib", nioCore, propertyBased, crypto],
+            swiftSettings: swiftSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)
+
+// Benchmarks stay out of normal resolution and builds: `ENABLE_BLIP_BENCHMARKS=1 swift package benchmark`.
+if Context.environment["ENABLE_BLIP_BENCHMARKS"] != nil {
+    package.dependencies.append(
+        .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.0", traits: ["MallocInterposer"])
+    )
+    package.targets.append(
+        .executableTarget(
+            name: "BLIPBenchmarks",
+            dependencies: [
+                "BLIPWire", "CBLIPZlib", nioCore,
+                .product(name: "Benchmark", package: "benchmark"),
+            ],
+            path: "Tests/Benchmarks/BLIPBenchmarks",
+            swiftSettings: swiftSettings,
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        )
+    )
+}

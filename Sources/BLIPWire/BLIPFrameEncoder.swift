@@ -1,0 +1,279 @@
+public import NIOCore
+
+/// What ``BLIPFrameEncoder/encodeFrame(_:data:endOfMessage:maximumFrameSize:into:)`` wrote.
+public struct BLIPEncodedFrame: Hashable, Sendable {
+    /// The header as written: more-coming set unless this was the message's last frame; in BLIP 3,
+    /// compressed set only if this frame's data really went through the deflater.
+    public var header: BLIPFrameHeader
+    /// Bytes of message data taken from the front of the data buffer.
+    public var dataBytesConsumed: Int
+    /// The whole frame's length.
+    public var frameLength: Int
+    /// Bytes after the header, trailer included: the unit flow control counts and ACKs acknowledge.
+    public var bodyLength: Int
+}
+
+/// Turns message data into frames for one direction of one connection, in send order.
+///
+/// It owns that direction's state: the BLIP 3 running CRC-32 and raw-deflate stream, or the reused gzip
+/// stream of the older dialects. zlib streams are created on first use, so an idle connection holds none.
+/// Not thread-safe: one encoder belongs to one writer.
+public final class BLIPFrameEncoder {
+    public struct Configuration: Hashable, Sendable {
+        /// zlib level (1-9) for messages asking for compression; 0 turns compression off, and the
+        /// compressed flag is then never sent (as LiteCore does at level 0).
+        public var compressionLevel: Int32
+        /// zlib memLevel of the BLIP 3 deflater; 9 is LiteCore's choice and gives its exact bytes.
+        public var deflateMemoryLevel: Int32 = 9
+        /// Send data raw when compressing it would not pay: data that looks incompressible
+        /// (``BLIPCompressibility``), and seed or BLIP 2 bodies whose gzip is not smaller.
+        public var skipsIncompressibleData = true
+        /// The most message data one compressed BLIP 3 frame may carry. A frame is filled until its
+        /// compressed output nearly reaches the frame size (as LiteCore does), up to this much input.
+        public var maximumDataPerCompressedFrame = 256 * 1024
+        /// The largest property block this side will send.
+        public var maximumPropertiesSize = BLIPPropertyCodec.defaultMaximumSize
+
+        public init(dialect: BLIPDialect) {
+            self.compressionLevel = dialect.defaultCompressionLevel
+        }
+    }
+
+    /// Counters that make the compression decisions measurable.
+    public struct Statistics: Hashable, Sendable {
+        public var framesEncoded = 0
+        public var ackFramesEncoded = 0
+        /// BLIP 3 frames whose data went through the deflater.
+        public var framesCompressed = 0
+        /// Frames (BLIP 3) or bodies (seed, BLIP 2) that asked for compression but were sent raw because
+        /// the data looked incompressible, or compressing did not make it smaller.
+        public var compressionSkipped = 0
+        /// Uncompressed bytes fed to compression, and the compressed bytes that came out.
+        public var bytesBeforeCompression = 0
+        public var bytesAfterCompression = 0
+    }
+
+    public let dialect: BLIPDialect
+    public let configuration: Configuration
+    public private(set) var statistics = Statistics()
+
+    private var checksum = BLIPRunningChecksum()
+    private var deflater: FrameDeflater?
+    private var gzip: GzipBodyCompressor?
+
+    public init(dialect: BLIPDialect, configuration: Configuration? = nil) {
+        self.dialect = dialect
+        self.configuration = configuration ?? Configuration(dialect: dialect)
+    }
+
+    /// The running CRC-32 after the frames encoded so far (BLIP 3).
+    public var checksumValue: UInt32 { self.checksum.value }
+
+    // MARK: - Message data
+
+    /// Appends a message's data stream (property block, then body) to `data`.
+    ///
+    /// In the seed and BLIP 2 dialects a compressed body is gzipped here, once; it is sent raw instead if
+    /// the body is empty, looks incompressible, or gzip does not make it smaller. In BLIP 3 compression
+    /// happens per frame.
+    ///
+    /// - Returns: whether the message's frames carry the compressed flag.
+    public func writeMessageData(
+        properties: BLIPProperties,
+        body: ByteBuffer,
+        compressed: Bool,
+        into data: inout ByteBuffer
+    ) throws(BLIPWireError) -> Bool {
+        try BLIPPropertyCodec.write(
+            properties,
+            dialect: self.dialect,
+            maximumSize: self.configuration.maximumPropertiesSize,
+            to: &data
+        )
+        let wantsCompression = compressed && self.configuration.compressionLevel > 0
+        if self.dialect.compressesFrames || !wantsCompression || body.readableBytes == 0 {
+            data.writeImmutableBuffer(body)
+            return self.dialect.compressesFrames && wantsCompression
+        }
+        return try body.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
+            if self.configuration.skipsIncompressibleData && !BLIPCompressibility.isWorthCompressing(bytes) {
+                self.statistics.compressionSkipped += 1
+                data.writeBytes(bytes)
+                return false
+            }
+            let start = data.writerIndex
+            try self.gzipCompressor().compress(bytes, into: &data)
+            let gzipped = data.writerIndex - start
+            self.statistics.bytesBeforeCompression += bytes.count
+            self.statistics.bytesAfterCompression += gzipped
+            guard gzipped < bytes.count || !self.configuration.skipsIncompressibleData else {
+                // Not smaller: send the body as it is (BLIP-Cpp 2017 did the same).
+                self.statistics.compressionSkipped += 1
+                data.moveWriterIndex(to: start)
+                data.writeBytes(bytes)
+                return false
+            }
+            return true
+        }
+    }
+
+    // MARK: - Frames
+
+    /// Encodes the next frame of a message, taking as much of `data` as fits in `maximumFrameSize`.
+    ///
+    /// - Parameters:
+    ///   - header: number, type and the message's flags. More-coming is computed here; in BLIP 3 the
+    ///     compressed flag asks for this frame to be deflated.
+    ///   - data: the message data not yet framed; the bytes framed are consumed from its front.
+    ///   - endOfMessage: whether `data` holds everything that is left of the message.
+    ///   - maximumFrameSize: the whole frame's budget, header and trailer included.
+    ///   - output: the frame is appended here.
+    public func encodeFrame(
+        _ header: BLIPFrameHeader,
+        data: inout ByteBuffer,
+        endOfMessage: Bool,
+        maximumFrameSize: Int,
+        into output: inout ByteBuffer
+    ) throws(BLIPWireError) -> BLIPEncodedFrame {
+        precondition(!header.type.isACK, "ACK frames are encoded with encodeACK")
+        var header = header
+        header.flags.insert(.moreComing)
+        let frameStart = output.writerIndex
+        let headerLength = try header.write(to: &output, dialect: self.dialect)
+        let room = maximumFrameSize - headerLength - self.dialect.trailerLength
+        precondition(room > 0, "frame size \(maximumFrameSize) leaves no room for data")
+
+        var consumed = 0
+        try data.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
+            if self.dialect.compressesFrames {
+                if header.flags.contains(.compressed) && self.shouldDeflate(bytes, room: room) {
+                    consumed = try self.deflateFill(bytes, room: room, into: &output)
+                } else {
+                    header.flags.remove(.compressed)
+                    consumed = min(room, bytes.count)
+                    let slice = UnsafeRawBufferPointer(rebasing: bytes.prefix(consumed))
+                    self.checksum.update(slice)
+                    output.writeBytes(slice)
+                }
+            } else {
+                consumed = min(room, bytes.count)
+                output.writeBytes(UnsafeRawBufferPointer(rebasing: bytes.prefix(consumed)))
+            }
+        }
+        data.moveReaderIndex(forwardBy: consumed)
+        if endOfMessage && data.readableBytes == 0 {
+            header.flags.remove(.moreComing)
+        }
+        if self.dialect.hasChecksum {
+            output.writeInteger(self.checksum.value)
+        }
+        // Rewrite the flags in place: clearing more-coming or compressed never changes their length.
+        let flagsIndex = frameStart + BLIPVarint.encodedLength(of: header.messageNumber)
+        output.setBLIPFlagsVarint(try header.wireFlags(in: self.dialect), at: flagsIndex)
+
+        self.statistics.framesEncoded += 1
+        let frameLength = output.writerIndex - frameStart
+        assert(frameLength <= maximumFrameSize, "frame of \(frameLength) bytes exceeds \(maximumFrameSize)")
+        return BLIPEncodedFrame(
+            header: header,
+            dataBytesConsumed: consumed,
+            frameLength: frameLength,
+            bodyLength: frameLength - headerLength
+        )
+    }
+
+    /// Encodes an ACK frame: `byteCount` bytes of message `messageNumber` (request for `.ackRequest`,
+    /// response for `.ackResponse`) have been received. ACKs carry no checksum and are never compressed.
+    public func encodeACK(
+        _ type: BLIPMessageType,
+        messageNumber: UInt64,
+        byteCount: UInt64,
+        into output: inout ByteBuffer
+    ) throws(BLIPWireError) {
+        precondition(type.isACK && self.dialect.hasFlowControl, "no \(type) frames in \(self.dialect)")
+        let header = BLIPFrameHeader(messageNumber: messageNumber, type: type, flags: [.urgent, .noReply])
+        try header.write(to: &output, dialect: self.dialect)
+        output.writeBLIPVarint(byteCount)
+        self.statistics.ackFramesEncoded += 1
+    }
+
+    // MARK: - BLIP 3 compression
+
+    private func shouldDeflate(_ bytes: UnsafeRawBufferPointer, room: Int) -> Bool {
+        guard self.configuration.compressionLevel > 0, !bytes.isEmpty else { return false }
+        // Never emit a compressed frame with an empty body: a frame's compressed output is at least a
+        // few bytes, so just refuse frames too small to hold any (trap 10).
+        guard FrameDeflater.inputBound(forOutput: room + 4) > 0 else { return false }
+        if self.configuration.skipsIncompressibleData {
+            let sample = UnsafeRawBufferPointer(rebasing: bytes.prefix(max(room, BLIPCompressibility.sampleSize)))
+            if !BLIPCompressibility.isWorthCompressing(sample) {
+                self.statistics.compressionSkipped += 1
+                return false
+            }
+        }
+        return true
+    }
+
+    /// Feeds data through the deflater in sync-flushed chunks until the frame is nearly full; each chunk
+    /// is small enough that even incompressible data fits the room left. Returns the bytes consumed.
+    private func deflateFill(
+        _ bytes: UnsafeRawBufferPointer,
+        room: Int,
+        into output: inout ByteBuffer
+    ) throws(BLIPWireError) -> Int {
+        let deflater = try self.frameDeflater()
+        let capacity = room + FrameDeflater.syncFlushTrailer.count  // the last trailer is dropped
+        let bodyStart = output.writerIndex
+        let limit = min(bytes.count, self.configuration.maximumDataPerCompressedFrame)
+        var consumed = 0
+        while consumed < limit {
+            let available = capacity - (output.writerIndex - bodyStart)
+            // Stop once the frame is three-quarters full: further small chunks would each cost a block.
+            if consumed > 0 && available < capacity / 4 { break }
+            let chunk = min(FrameDeflater.inputBound(forOutput: available), limit - consumed)
+            guard chunk > 0 else { break }
+            let slice = UnsafeRawBufferPointer(rebasing: bytes[consumed..<(consumed + chunk)])
+            self.checksum.update(slice)
+            try deflater.deflateAndFlush(slice, into: &output)
+            consumed += chunk
+        }
+        try FrameDeflater.stripSyncFlushTrailer(from: &output)
+        let bodyLength = output.writerIndex - bodyStart
+        guard bodyLength <= room, bodyLength > 0 else {
+            throw BLIPWireError(.compressionUnavailable("deflate produced \(bodyLength) bytes for a room of \(room)"))
+        }
+        self.statistics.framesCompressed += 1
+        self.statistics.bytesBeforeCompression += consumed
+        self.statistics.bytesAfterCompression += bodyLength
+        return consumed
+    }
+
+    private func frameDeflater() throws(BLIPWireError) -> FrameDeflater {
+        if let deflater { return deflater }
+        let created = try FrameDeflater(
+            level: self.configuration.compressionLevel,
+            memoryLevel: self.configuration.deflateMemoryLevel
+        )
+        self.deflater = created
+        return created
+    }
+
+    private func gzipCompressor() throws(BLIPWireError) -> GzipBodyCompressor {
+        if let gzip { return gzip }
+        let created = try GzipBodyCompressor(level: self.configuration.compressionLevel)
+        self.gzip = created
+        return created
+    }
+}
+
+extension ByteBuffer {
+    /// Overwrites a flags varint in place. Flags values are at most 0xFF, so one or two bytes.
+    fileprivate mutating func setBLIPFlagsVarint(_ value: UInt64, at index: Int) {
+        precondition(value <= 0xFF)
+        if value < 0x80 {
+            self.setInteger(UInt8(value), at: index)
+        } else {
+            self.setMultipleIntegers(UInt8(truncatingIfNeeded: value) | 0x80, UInt8(value >> 7), at: index)
+        }
+    }
+}

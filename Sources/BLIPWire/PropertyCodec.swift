@@ -1,0 +1,173 @@
+public import NIOCore
+
+/// The property block: a varint byte length (written even when zero), then NUL-terminated UTF-8 strings
+/// alternating name, value, name, value. The seed and BLIP 2 dialects abbreviate table strings as tokens.
+public enum BLIPPropertyCodec {
+    /// LiteCore refuses to build, and treats as fatal on receipt, a block above 100 KiB.
+    public static let defaultMaximumSize = 100 * 1024
+
+    /// Bytes `properties` take in `dialect`, varint prefix included, after checking they can be sent.
+    public static func encodedLength(
+        of properties: BLIPProperties,
+        dialect: BLIPDialect,
+        maximumSize: Int = defaultMaximumSize
+    ) throws(BLIPWireError) -> Int {
+        let block = try self.blockLength(of: properties, dialect: dialect, maximumSize: maximumSize)
+        return BLIPVarint.encodedLength(of: UInt64(block)) + block
+    }
+
+    /// Appends the length-prefixed block to `buffer`; returns the bytes written.
+    ///
+    /// Refuses strings holding NUL, a block above `maximumSize`, empty strings in the seed dialect, and
+    /// one-byte control strings where tokens exist (the peer would read them as tokens).
+    @discardableResult
+    public static func write(
+        _ properties: BLIPProperties,
+        dialect: BLIPDialect,
+        maximumSize: Int = defaultMaximumSize,
+        to buffer: inout ByteBuffer
+    ) throws(BLIPWireError) -> Int {
+        let block = try self.blockLength(of: properties, dialect: dialect, maximumSize: maximumSize)
+        var written = buffer.writeBLIPVarint(UInt64(block))
+        for property in properties {
+            written += self.writeString(property.name, dialect: dialect, to: &buffer)
+            written += self.writeString(property.value, dialect: dialect, to: &buffer)
+        }
+        return written
+    }
+
+    /// Reads a length-prefixed block from the front of `buffer` and moves past it. On error the reader
+    /// index is unchanged and the offset is relative to it.
+    public static func read(
+        from buffer: inout ByteBuffer,
+        dialect: BLIPDialect,
+        maximumSize: Int = defaultMaximumSize
+    ) throws(BLIPWireError) -> BLIPProperties {
+        let (length, prefixLength) = try buffer.peekBLIPVarint()
+        guard length <= UInt64(maximumSize) else {
+            throw BLIPWireError(.propertiesTooLarge(length: length, limit: maximumSize), offset: 0)
+        }
+        let available = buffer.readableBytes - prefixLength
+        guard length <= UInt64(available) else {
+            throw BLIPWireError(.propertiesLengthExceedsData(declared: length, available: available), offset: 0)
+        }
+        let properties = try buffer.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
+            let block = UnsafeRawBufferPointer(rebasing: bytes[prefixLength..<(prefixLength + Int(length))])
+            do throws(BLIPWireError) {
+                return try self.decodeBlock(block, dialect: dialect)
+            } catch {
+                throw error.shifted(by: prefixLength)
+            }
+        }
+        buffer.moveReaderIndex(forwardBy: prefixLength + Int(length))
+        return properties
+    }
+
+    /// Decodes the bytes of a block (without its length prefix).
+    public static func decodeBlock(
+        _ block: UnsafeRawBufferPointer,
+        dialect: BLIPDialect
+    ) throws(BLIPWireError) -> BLIPProperties {
+        guard let last = block.last else { return BLIPProperties() }
+        guard last == 0 else { throw BLIPWireError(.propertiesNotTerminated, offset: block.count - 1) }
+
+        // One pass, building the pairs directly: a small block allocates nothing but the array of pairs.
+        var properties: [BLIPProperty] = []
+        var pendingName: String?
+        var seen: Set<String>?  // only for long blocks, so that duplicate checks stay linear
+        var stringCount = 0
+        var start = 0
+        for index in 0..<block.count where block[index] == 0 {
+            let string = try self.decodeString(block, start..<index, dialect: dialect)
+            if let name = pendingName {
+                properties.append(BLIPProperty(name: name, value: string))
+                pendingName = nil
+            } else {
+                let isDuplicate: Bool
+                if properties.count < 8 {
+                    isDuplicate = properties.contains { $0.name == string }
+                } else {
+                    if seen == nil { seen = Set(properties.map(\.name)) }
+                    isDuplicate = !seen!.insert(string).inserted
+                }
+                if isDuplicate { throw BLIPWireError(.duplicatePropertyName(string), offset: start) }
+                pendingName = string
+            }
+            stringCount += 1
+            start = index + 1
+        }
+        guard pendingName == nil else {
+            throw BLIPWireError(.oddNumberOfPropertyStrings(stringCount), offset: block.count - 1)
+        }
+        return BLIPProperties(uniqueProperties: properties)
+    }
+
+    /// Decodes the bytes of a block held in a buffer (its readable bytes, without the length prefix).
+    public static func decodeBlock(_ block: ByteBuffer, dialect: BLIPDialect) throws(BLIPWireError) -> BLIPProperties {
+        try block.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
+            try self.decodeBlock(bytes, dialect: dialect)
+        }
+    }
+
+    // MARK: - Strings
+
+    private static func blockLength(
+        of properties: BLIPProperties,
+        dialect: BLIPDialect,
+        maximumSize: Int
+    ) throws(BLIPWireError) -> Int {
+        var length = 0
+        for property in properties {
+            length += try self.encodedLength(of: property.name, dialect: dialect)
+            length += try self.encodedLength(of: property.value, dialect: dialect)
+        }
+        guard length <= maximumSize else {
+            throw BLIPWireError(.propertiesTooLarge(length: UInt64(length), limit: maximumSize))
+        }
+        return length
+    }
+
+    private static func encodedLength(of string: String, dialect: BLIPDialect) throws(BLIPWireError) -> Int {
+        let utf8 = string.utf8
+        if utf8.isEmpty && !dialect.allowsEmptyPropertyStrings {
+            throw BLIPWireError(.emptyPropertyString)
+        }
+        if dialect.usesPropertyTokens {
+            if PropertyTokens.token(for: string) != nil { return 2 }
+            if utf8.count == 1, let byte = utf8.first, byte < PropertyTokens.tokenLimit {
+                throw BLIPWireError(.propertyStringLooksLikeToken(string))
+            }
+        }
+        if utf8.contains(0) { throw BLIPWireError(.propertyStringContainsNUL(string)) }
+        return utf8.count + 1
+    }
+
+    private static func writeString(_ string: String, dialect: BLIPDialect, to buffer: inout ByteBuffer) -> Int {
+        if dialect.usesPropertyTokens, let token = PropertyTokens.token(for: string) {
+            buffer.writeMultipleIntegers(token, UInt8(0))
+            return 2
+        }
+        return buffer.writeString(string) + buffer.writeInteger(UInt8(0))
+    }
+
+    private static func decodeString(
+        _ block: UnsafeRawBufferPointer,
+        _ range: Range<Int>,
+        dialect: BLIPDialect
+    ) throws(BLIPWireError) -> String {
+        if range.isEmpty && !dialect.allowsEmptyPropertyStrings {
+            throw BLIPWireError(.emptyPropertyString, offset: range.lowerBound)
+        }
+        if dialect.usesPropertyTokens && range.count == 1 && block[range.lowerBound] < PropertyTokens.tokenLimit {
+            let token = block[range.lowerBound]
+            guard let string = PropertyTokens.string(for: token) else {
+                throw BLIPWireError(.unknownPropertyToken(token), offset: range.lowerBound)
+            }
+            return string
+        }
+        guard let string = String(validating: block[range], as: UTF8.self) else {
+            throw BLIPWireError(.invalidUTF8, offset: range.lowerBound)
+        }
+        return string
+    }
+}

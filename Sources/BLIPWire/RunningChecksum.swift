@@ -1,0 +1,29 @@
+internal import CBLIPZlib
+public import NIOCore
+
+/// The BLIP 3 running CRC-32 of one direction (IEEE, as zlib's `crc32`): it runs over the uncompressed
+/// data of every non-ACK frame sent in that direction since the connection opened, and each frame ends
+/// with its value after that frame's data.
+public struct BLIPRunningChecksum: Hashable, Sendable {
+    public private(set) var value: UInt32 = 0
+
+    public init() {}
+
+    /// Extends the checksum over `bytes`.
+    public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
+        self.value = UInt32(crc32_z(UInt(self.value), base.assumingMemoryBound(to: Bytef.self), bytes.count))
+    }
+
+    /// Extends the checksum over the readable bytes of `buffer`.
+    public mutating func update(_ buffer: ByteBuffer) {
+        buffer.withUnsafeReadableBytes { self.update($0) }
+    }
+
+    /// The CRC-32 of `bytes` alone.
+    public static func checksum(of bytes: some Sequence<UInt8>) -> UInt32 {
+        var checksum = BLIPRunningChecksum()
+        Array(bytes).withUnsafeBytes { checksum.update($0) }
+        return checksum.value
+    }
+}
