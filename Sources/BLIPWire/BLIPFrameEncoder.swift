@@ -71,11 +71,36 @@ public final class BLIPFrameEncoder {
 
     // MARK: - Message data
 
-    /// Appends a message's data stream (property block, then body) to `data`.
+    /// Bodies up to this size are copied next to the property block; larger ones are framed in place.
+    static let copiedBodyLimit = 4096
+
+    /// A message's data stream (property block, then body), ready to be framed.
     ///
     /// In the seed and BLIP 2 dialects a compressed body is gzipped here, once; it is sent raw instead if
-    /// the body is empty, looks incompressible, or gzip does not make it smaller. In BLIP 3 compression
-    /// happens per frame.
+    /// the body is empty or (with ``Configuration/skipsIncompressibleData``) looks incompressible or does
+    /// not get smaller. In BLIP 3 compression happens per frame. A large body is not copied.
+    ///
+    /// - Returns: the data, and whether the message's frames carry the compressed flag.
+    public func makeMessageData(
+        properties: BLIPProperties,
+        body: ByteBuffer,
+        compressed: Bool
+    ) throws(BLIPWireError) -> (data: BLIPMessageData, compressed: Bool) {
+        let gzips = !self.dialect.compressesFrames && compressed && self.configuration.compressionLevel > 0
+        if !gzips && body.readableBytes > Self.copiedBodyLimit {
+            var head = ByteBuffer()
+            try self.writeProperties(properties, into: &head)
+            var data = BLIPMessageData(head)
+            data.append(body)
+            return (data, self.dialect.compressesFrames && compressed && self.configuration.compressionLevel > 0)
+        }
+        var head = ByteBuffer()
+        let flag = try self.writeMessageData(properties: properties, body: body, compressed: compressed, into: &head)
+        return (BLIPMessageData(head), flag)
+    }
+
+    /// Appends a message's data stream (property block, then body) to `data`; see
+    /// ``makeMessageData(properties:body:compressed:)``.
     ///
     /// - Returns: whether the message's frames carry the compressed flag.
     public func writeMessageData(
@@ -84,19 +109,15 @@ public final class BLIPFrameEncoder {
         compressed: Bool,
         into data: inout ByteBuffer
     ) throws(BLIPWireError) -> Bool {
-        try BLIPPropertyCodec.write(
-            properties,
-            dialect: self.dialect,
-            maximumSize: self.configuration.maximumPropertiesSize,
-            to: &data
-        )
+        try self.writeProperties(properties, into: &data)
         let wantsCompression = compressed && self.configuration.compressionLevel > 0
         if self.dialect.compressesFrames || !wantsCompression || body.readableBytes == 0 {
             data.writeImmutableBuffer(body)
             return self.dialect.compressesFrames && wantsCompression
         }
         return try body.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
-            if self.configuration.skipsIncompressibleData && !BLIPCompressibility.isWorthCompressing(bytes) {
+            let skips = self.configuration.skipsIncompressibleData
+            if skips && !BLIPCompressibility.isWorthCompressing(bytes) {
                 self.statistics.compressionSkipped += 1
                 data.writeBytes(bytes)
                 return false
@@ -106,7 +127,7 @@ public final class BLIPFrameEncoder {
             let gzipped = data.writerIndex - start
             self.statistics.bytesBeforeCompression += bytes.count
             self.statistics.bytesAfterCompression += gzipped
-            guard gzipped < bytes.count || !self.configuration.skipsIncompressibleData else {
+            guard gzipped < bytes.count || !skips else {
                 // Not smaller: send the body as it is (BLIP-Cpp 2017 did the same).
                 self.statistics.compressionSkipped += 1
                 data.moveWriterIndex(to: start)
@@ -115,6 +136,16 @@ public final class BLIPFrameEncoder {
             }
             return true
         }
+    }
+
+    /// Appends the length-prefixed property block, as this encoder's dialect and limits require.
+    public func writeProperties(_ properties: BLIPProperties, into data: inout ByteBuffer) throws(BLIPWireError) {
+        try BLIPPropertyCodec.write(
+            properties,
+            dialect: self.dialect,
+            maximumSize: self.configuration.maximumPropertiesSize,
+            to: &data
+        )
     }
 
     // MARK: - Frames
@@ -130,7 +161,7 @@ public final class BLIPFrameEncoder {
     ///   - output: the frame is appended here.
     public func encodeFrame(
         _ header: BLIPFrameHeader,
-        data: inout ByteBuffer,
+        data: inout BLIPMessageData,
         endOfMessage: Bool,
         maximumFrameSize: Int,
         into output: inout ByteBuffer
@@ -143,24 +174,20 @@ public final class BLIPFrameEncoder {
         let room = maximumFrameSize - headerLength - self.dialect.trailerLength
         precondition(room > 0, "frame size \(maximumFrameSize) leaves no room for data")
 
-        var consumed = 0
-        try data.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
-            if self.dialect.compressesFrames {
-                if header.flags.contains(.compressed) && self.shouldDeflate(bytes, room: room) {
-                    consumed = try self.deflateFill(bytes, room: room, into: &output)
-                } else {
-                    header.flags.remove(.compressed)
-                    consumed = min(room, bytes.count)
-                    let slice = UnsafeRawBufferPointer(rebasing: bytes.prefix(consumed))
-                    self.checksum.update(slice)
-                    output.writeBytes(slice)
-                }
-            } else {
-                consumed = min(room, bytes.count)
-                output.writeBytes(UnsafeRawBufferPointer(rebasing: bytes.prefix(consumed)))
+        let consumed: Int
+        if self.dialect.compressesFrames && header.flags.contains(.compressed) && self.shouldDeflate(data, room: room) {
+            consumed = try self.deflateFill(&data, room: room, into: &output)
+        } else {
+            if self.dialect.compressesFrames { header.flags.remove(.compressed) }
+            consumed = min(room, data.readableBytes)
+            var left = consumed
+            while left > 0 {
+                let slice = data.readSlice(upTo: left)
+                left -= slice.readableBytes
+                if self.dialect.hasChecksum { self.checksum.update(slice) }
+                output.writeImmutableBuffer(slice)
             }
         }
-        data.moveReaderIndex(forwardBy: consumed)
         if endOfMessage && data.readableBytes == 0 {
             header.flags.remove(.moreComing)
         }
@@ -182,6 +209,27 @@ public final class BLIPFrameEncoder {
         )
     }
 
+    /// Encodes the next frame of a message whose remaining data is one buffer; see
+    /// ``encodeFrame(_:data:endOfMessage:maximumFrameSize:into:)``.
+    public func encodeFrame(
+        _ header: BLIPFrameHeader,
+        data: inout ByteBuffer,
+        endOfMessage: Bool,
+        maximumFrameSize: Int,
+        into output: inout ByteBuffer
+    ) throws(BLIPWireError) -> BLIPEncodedFrame {
+        var messageData = BLIPMessageData(data)
+        let encoded = try self.encodeFrame(
+            header,
+            data: &messageData,
+            endOfMessage: endOfMessage,
+            maximumFrameSize: maximumFrameSize,
+            into: &output
+        )
+        data.moveReaderIndex(forwardBy: encoded.dataBytesConsumed)
+        return encoded
+    }
+
     /// Encodes an ACK frame: `byteCount` bytes of message `messageNumber` (request for `.ackRequest`,
     /// response for `.ackResponse`) have been received. ACKs carry no checksum and are never compressed.
     public func encodeACK(
@@ -199,14 +247,15 @@ public final class BLIPFrameEncoder {
 
     // MARK: - BLIP 3 compression
 
-    private func shouldDeflate(_ bytes: UnsafeRawBufferPointer, room: Int) -> Bool {
-        guard self.configuration.compressionLevel > 0, !bytes.isEmpty else { return false }
-        // Never emit a compressed frame with an empty body: a frame's compressed output is at least a
-        // few bytes, so just refuse frames too small to hold any (trap 10).
+    private func shouldDeflate(_ data: BLIPMessageData, room: Int) -> Bool {
+        guard self.configuration.compressionLevel > 0, data.readableBytes > 0 else { return false }
+        // A frame too small to hold even one chunk's worst-case output is sent raw: a compressed frame
+        // must never have an empty body (trap 10).
         guard FrameDeflater.inputBound(forOutput: room + 4) > 0 else { return false }
         if self.configuration.skipsIncompressibleData {
-            let sample = UnsafeRawBufferPointer(rebasing: bytes.prefix(max(room, BLIPCompressibility.sampleSize)))
-            if !BLIPCompressibility.isWorthCompressing(sample) {
+            let sample = data.peekSlice(upTo: max(room, BLIPCompressibility.sampleSize))
+            let worthIt = sample.withUnsafeReadableBytes { BLIPCompressibility.isWorthCompressing($0) }
+            if !worthIt {
                 self.statistics.compressionSkipped += 1
                 return false
             }
@@ -217,14 +266,14 @@ public final class BLIPFrameEncoder {
     /// Feeds data through the deflater in sync-flushed chunks until the frame is nearly full; each chunk
     /// is small enough that even incompressible data fits the room left. Returns the bytes consumed.
     private func deflateFill(
-        _ bytes: UnsafeRawBufferPointer,
+        _ data: inout BLIPMessageData,
         room: Int,
         into output: inout ByteBuffer
     ) throws(BLIPWireError) -> Int {
         let deflater = try self.frameDeflater()
-        let capacity = room + FrameDeflater.syncFlushTrailer.count  // the last trailer is dropped
+        let capacity = room + 4  // the last sync flush's 4-byte trailer is dropped
         let bodyStart = output.writerIndex
-        let limit = min(bytes.count, self.configuration.maximumDataPerCompressedFrame)
+        let limit = min(data.readableBytes, self.configuration.maximumDataPerCompressedFrame)
         var consumed = 0
         while consumed < limit {
             let available = capacity - (output.writerIndex - bodyStart)
@@ -232,9 +281,16 @@ public final class BLIPFrameEncoder {
             if consumed > 0 && available < capacity / 4 { break }
             let chunk = min(FrameDeflater.inputBound(forOutput: available), limit - consumed)
             guard chunk > 0 else { break }
-            let slice = UnsafeRawBufferPointer(rebasing: bytes[consumed..<(consumed + chunk)])
-            self.checksum.update(slice)
-            try deflater.deflateAndFlush(slice, into: &output)
+            // A chunk may span several buffers; only its last piece is sync-flushed.
+            var left = chunk
+            while left > 0 {
+                let slice = data.readSlice(upTo: left)
+                left -= slice.readableBytes
+                self.checksum.update(slice)
+                try slice.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
+                    try deflater.deflate(bytes, flushing: left == 0, into: &output)
+                }
+            }
             consumed += chunk
         }
         try FrameDeflater.stripSyncFlushTrailer(from: &output)

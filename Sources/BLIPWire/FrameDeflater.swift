@@ -26,11 +26,12 @@ final class FrameDeflater {
         max(0, (room - 64) * 128 / 129)
     }
 
-    /// Deflates `input` and sync-flushes, appending the output, trailer included, to `output`.
-    func deflateAndFlush(_ input: UnsafeRawBufferPointer, into output: inout ByteBuffer) throws(BLIPWireError) {
+    /// Deflates `input`, appending the output to `output`; with `flushing`, sync-flushes afterwards so
+    /// that the output ends on a byte boundary with the `00 00 FF FF` trailer.
+    func deflate(_ input: UnsafeRawBufferPointer, flushing: Bool, into output: inout ByteBuffer) throws(BLIPWireError) {
         try self.stream.process(
             input,
-            flush: Z_SYNC_FLUSH,
+            flush: flushing ? Z_SYNC_FLUSH : Z_NO_FLUSH,
             into: &output,
             outputHint: Self.outputBound(forInput: input.count)
         )

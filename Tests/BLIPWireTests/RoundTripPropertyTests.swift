@@ -62,16 +62,30 @@ struct RoundTripPropertyTests {
             let dialect = BLIPDialect.allCases[dialectIndex]
             var rng = SplitMix64(state: splitSeed)
             let encoder = BLIPFrameEncoder(dialect: dialect)
-            var pending: [(header: BLIPFrameHeader, data: ByteBuffer)] = []
+            var pending: [(header: BLIPFrameHeader, data: BLIPMessageData)] = []
             let bodies = messages.map { $0.body() }
             for (index, message) in messages.enumerated() {
-                var data = ByteBuffer()
-                let compressed = try encoder.writeMessageData(
-                    properties: message.properties(index),
-                    body: ByteBuffer(bytes: bodies[index]),
-                    compressed: message.compressed,
-                    into: &data
-                )
+                var data: BLIPMessageData
+                var compressed: Bool
+                if message.compressed && dialect != .blip3 || Bool.random(using: &rng) {
+                    (data, compressed) = try encoder.makeMessageData(
+                        properties: message.properties(index),
+                        body: ByteBuffer(bytes: bodies[index]),
+                        compressed: message.compressed
+                    )
+                } else {
+                    // As a streamed body arrives: the property block, then the body in random pieces.
+                    var head = ByteBuffer()
+                    try encoder.writeProperties(message.properties(index), into: &head)
+                    data = BLIPMessageData(head)
+                    var body = ByteBuffer(bytes: bodies[index])
+                    while body.readableBytes > 0 {
+                        data.append(
+                            body.readSlice(length: min(body.readableBytes, Int.random(in: 1...40_000, using: &rng)))!
+                        )
+                    }
+                    compressed = message.compressed && dialect == .blip3
+                }
                 var flags: BLIPFrameFlags = compressed ? [.compressed] : []
                 if message.urgent { flags.insert(.urgent) }
                 pending.append((BLIPFrameHeader(messageNumber: UInt64(index + 1), type: .request, flags: flags), data))
