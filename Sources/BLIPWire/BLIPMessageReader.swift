@@ -146,7 +146,7 @@ public struct BLIPMessageReader {
             try payload.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
                 try gzip.decompress(bytes, limit: remainingAllowance, into: &gzip.scratch)
             }
-        } catch where error.reason == .inflatedTooLarge(limit: remainingAllowance) {
+        } catch  where error.reason == .inflatedTooLarge(limit: remainingAllowance) {
             throw BLIPWireError(.bodyTooLarge(limit: self.maximumBodySize), offset: self.dataBytesReceived)
         }
         self.bodyBytesRead += gzip.scratch.readableBytes
