@@ -120,7 +120,7 @@ public struct BLIPMessageReader {
         let prefixLength: Int
         do throws(BLIPWireError) {
             (length, prefixLength) = try buffer.peekBLIPVarint()
-        } catch  where error.reason == .truncatedVarint {
+        } catch let error where error.reason == .truncatedVarint {
             return nil
         }
         guard length <= UInt64(self.maximumPropertiesSize) else {
@@ -146,7 +146,7 @@ public struct BLIPMessageReader {
             try payload.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
                 try gzip.decompress(bytes, limit: remainingAllowance, into: &gzip.scratch)
             }
-        } catch  where error.reason == .inflatedTooLarge(limit: remainingAllowance) {
+        } catch let error where error.reason == .inflatedTooLarge(limit: remainingAllowance) {
             throw BLIPWireError(.bodyTooLarge(limit: self.maximumBodySize), offset: self.dataBytesReceived)
         }
         self.bodyBytesRead += gzip.scratch.readableBytes
