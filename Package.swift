@@ -10,15 +10,19 @@ let swiftSettings: [SwiftSetting] = [
 let nioCore: Target.Dependency = .product(name: "NIOCore", package: "swift-nio")
 let propertyBased: Target.Dependency = .product(name: "PropertyBased", package: "swift-property-based")
 let crypto: Target.Dependency = .product(name: "Crypto", package: "swift-crypto")
+let deque: Target.Dependency = .product(name: "DequeModule", package: "swift-collections")
 
 let package = Package(
     name: "swift-blip",
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
-        .library(name: "BLIPWire", targets: ["BLIPWire"])
+        .library(name: "BLIPWire", targets: ["BLIPWire"]),
+        .library(name: "BLIPEngine", targets: ["BLIPEngine"]),
+        .library(name: "BLIPPeerHarness", targets: ["BLIPPeerHarness"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         // test-only
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
@@ -34,9 +38,24 @@ let package = Package(
             dependencies: ["CBLIPZlib", nioCore],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BLIPEngine",
+            dependencies: ["BLIPWire", nioCore, deque],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "BLIPPeerHarness",
+            dependencies: ["BLIPEngine", "BLIPWire", nioCore, deque],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPWireTests",
             dependencies: ["BLIPWire", "CBLIPZlib", nioCore, propertyBased, crypto],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BLIPEngineTests",
+            dependencies: ["BLIPEngine", "BLIPPeerHarness", "BLIPWire", nioCore, propertyBased],
             swiftSettings: swiftSettings
         ),
     ],
@@ -52,7 +71,7 @@ if Context.environment["ENABLE_BLIP_BENCHMARKS"] != nil {
         .executableTarget(
             name: "BLIPBenchmarks",
             dependencies: [
-                "BLIPWire", "CBLIPZlib", nioCore,
+                "BLIPWire", "BLIPEngine", "CBLIPZlib", nioCore,
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Tests/Benchmarks/BLIPBenchmarks",

@@ -99,15 +99,7 @@ enum BenchmarkData {
     }
 }
 
-let benchmarks: @Sendable () -> Void = {
-    Benchmark.defaultConfiguration = .init(
-        metrics: [.wallClock, .mallocCountTotal, .throughput],
-        warmupIterations: 50,
-        maxDuration: .seconds(2),
-        maxIterations: 20_000,
-        thresholds: [.mallocCountTotal: .init(absolute: [.p90: 1])]
-    )
-
+func wireBenchmarks() {
     for dialect in BLIPDialect.allCases {
         for (sizeName, size) in [("100B", 100), ("16KiB", 16_384)] {
             for compressed in [false, true] {

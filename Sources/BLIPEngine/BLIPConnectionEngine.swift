@@ -1,0 +1,158 @@
+public import BLIPWire
+internal import DequeModule
+public import NIOCore
+
+/// The BLIP protocol for one connection, without I/O: it turns messages to send into frames, and frames
+/// received into messages, in any of the three dialects.
+///
+/// Sans-IO: no sockets, no `await`, no clock (times come in as arguments), no logging. Every operation
+/// returns what the driver has to do. The driver calls ``nextFrame(into:now:)`` whenever the transport
+/// can take a frame, and ``receive(_:now:)`` for every frame that arrives; after a thrown
+/// ``BLIPEngineError/Code/protocolViolation`` it closes the transport and calls ``close()`` to learn what
+/// to fail. Not thread-safe: one engine belongs to one event loop, or sits behind one lock.
+public final class BLIPConnectionEngine {
+    public let configuration: BLIPEngineConfiguration
+    public var dialect: BLIPDialect { self.configuration.dialect }
+
+    let encoder: BLIPFrameEncoder
+    let decoder: BLIPFrameDecoder
+    var isClosed = false
+    /// Set by a fatal error: the engine refuses further work until closed.
+    var failure: BLIPEngineError?
+
+    // MARK: Sending
+
+    var outbox = BLIPOutbox<OutgoingMessageState>()
+    /// ACKs go out ahead of every message frame.
+    var pendingACKs: Deque<(type: BLIPMessageType, number: UInt64, count: Int)> = []
+    /// Every message of ours not yet fully sent.
+    var outgoing: [BLIPOutgoingID: OutgoingMessageState] = [:]
+    /// Started, unfinished messages by wire identity, for matching ACKs.
+    var sending: [BLIPIncomingID: OutgoingMessageState] = [:]
+    /// Our sent requests whose reply has not started arriving, by number.
+    var awaitingReply: [UInt64: PendingReply] = [:]
+    var nextOutgoingID: UInt64 = 1
+    var lastRequestNumberSent: UInt64 = 0
+    var window: SendWindowEstimator
+
+    struct PendingReply {
+        let request: BLIPOutgoingID
+        var isAbandoned: Bool
+        let streamsReply: Bool
+    }
+
+    // MARK: Receiving
+
+    /// Messages the peer has started and not finished.
+    var incoming: [BLIPIncomingID: IncomingMessageState] = [:]
+    var lastRequestNumberReceived: UInt64 = 0
+    /// The peer's requests that we may still answer, by number.
+    var unanswered: [UInt64: UnansweredRequest] = [:]
+
+    struct UnansweredRequest {
+        let isUrgent: Bool
+        var isComplete: Bool
+        /// A reply given before the request was complete, held until it is.
+        var heldReply: OutgoingMessageState?
+    }
+
+    public init(configuration: BLIPEngineConfiguration = BLIPEngineConfiguration()) {
+        self.configuration = configuration
+        var encoderConfiguration = configuration.encoder
+        encoderConfiguration.maximumPropertiesSize = configuration.maximumPropertiesSize
+        self.encoder = BLIPFrameEncoder(dialect: configuration.dialect, configuration: encoderConfiguration)
+        self.decoder = BLIPFrameDecoder(dialect: configuration.dialect, configuration: configuration.decoder)
+        self.window = SendWindowEstimator(configuration.sendWindow)
+    }
+
+    // MARK: - Inspection
+
+    /// Whether ``nextFrame(into:now:)`` would produce a frame now.
+    public var hasFrameToSend: Bool {
+        !self.isClosed && self.failure == nil && !(self.pendingACKs.isEmpty && self.outbox.isEmpty)
+    }
+
+    /// The current send window (bytes one message may have unacknowledged).
+    public var sendWindowSize: Int { self.window.size }
+
+    /// The last measured round trip from a frame's send to the ACK covering it.
+    public var lastRoundTrip: TimeAmount? { self.window.lastRoundTrip }
+
+    /// Messages of ours not yet fully sent.
+    public var outgoingCount: Int { self.outgoing.count }
+
+    /// Our requests still waiting for their reply to start.
+    public var awaitingReplyCount: Int { self.awaitingReply.count }
+
+    /// Messages the peer has partly sent.
+    public var incomingCount: Int { self.incoming.count }
+
+    /// Frame bytes of an incoming message that have arrived but whose body has not been consumed: what
+    /// it holds in memory, in the units flow control counts.
+    public func unconsumedBytes(of id: BLIPIncomingID) -> Int {
+        self.incoming[id]?.unconsumedBytes ?? 0
+    }
+
+    /// Where one of our messages is; nil once it has been fully sent (or was never queued).
+    public func status(of id: BLIPOutgoingID) -> BLIPOutgoingStatus? {
+        guard let state = self.outgoing[id] else { return nil }
+        if state.isHeld { return .held }
+        if state.isPaused { return .waitingForACK }
+        if state.isQueued { return .queued }
+        return .waitingForBody
+    }
+
+    /// Whether one of our requests is waiting for its reply to start (nil: unknown or already replied).
+    public func isAwaitingReply(_ id: BLIPOutgoingID) -> Bool {
+        self.awaitingReply.values.contains { $0.request == id && !$0.isAbandoned }
+    }
+
+    /// Counters of the frame encoder (compression decisions).
+    public var encoderStatistics: BLIPFrameEncoder.Statistics { self.encoder.statistics }
+
+    // MARK: - Closing
+
+    /// Closes the engine and returns everything unfinished, to be failed at once. Idempotent.
+    public func close() -> BLIPEngineClosure {
+        guard !self.isClosed else { return BLIPEngineClosure() }
+        self.isClosed = true
+        var closure = BLIPEngineClosure()
+        var failed = Set<BLIPOutgoingID>()
+        for state in self.outgoing.values.sorted(by: { $0.id < $1.id }) {
+            closure.failedSends.append(state.id)
+            if state.expectsReply && !state.isAbandoned && failed.insert(state.id).inserted {
+                closure.failedRequests.append(state.id)
+            }
+        }
+        for pending in self.awaitingReply.values.sorted(by: { $0.request < $1.request })
+        where !pending.isAbandoned && failed.insert(pending.request).inserted {
+            closure.failedRequests.append(pending.request)
+        }
+        // Replies already arriving for our requests fail those requests too.
+        for message in self.incoming.values.sorted(by: { $0.id.number < $1.id.number }) {
+            closure.incompleteIncoming.append(message.id)
+            if let request = message.request, !message.isDiscarding, failed.insert(request).inserted {
+                closure.failedRequests.append(request)
+            }
+        }
+        _ = self.outbox.removeAll()
+        self.pendingACKs.removeAll()
+        self.outgoing.removeAll()
+        self.sending.removeAll()
+        self.awaitingReply.removeAll()
+        self.incoming.removeAll()
+        self.unanswered.removeAll()
+        return closure
+    }
+
+    func checkUsable() throws(BLIPEngineError) {
+        if let failure { throw failure }
+        if self.isClosed { throw BLIPEngineError(.closed, "the connection is closed") }
+    }
+
+    /// Records a fatal error: the engine refuses further work and the driver must close.
+    func fail(_ error: BLIPEngineError) -> BLIPEngineError {
+        self.failure = error
+        return error
+    }
+}

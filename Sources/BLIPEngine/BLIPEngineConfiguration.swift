@@ -1,0 +1,51 @@
+public import BLIPWire
+
+/// How an engine frames, compresses, flow-controls and limits one connection.
+public struct BLIPEngineConfiguration: Sendable {
+    /// How much unacknowledged data one outgoing message may have in flight.
+    public enum SendWindow: Hashable, Sendable {
+        /// Always this many bytes (go-blip and LiteCore: 128 000).
+        case fixed(Int)
+        /// Starts at `initial` and grows while the message is held back by the window and the round trip
+        /// (a frame's send to the ACK covering it) stays near its minimum, up to `maximum`.
+        case adaptive(initial: Int, maximum: Int)
+    }
+
+    public var dialect: BLIPDialect
+    public var encoder: BLIPFrameEncoder.Configuration
+    public var decoder = BLIPFrameDecoder.Configuration()
+
+    /// The budget of a frame, header and CRC included.
+    public var frameSize = 16_384
+    /// The budget of a normal message's frame while an urgent message waits behind it.
+    public var smallFrameSize = 4_096
+    /// An ACK is sent after at least this many bytes of a message have been received (and consumed).
+    public var ackInterval = 50_000
+    public var sendWindow = SendWindow.adaptive(initial: 128_000, maximum: 4 << 20)
+
+    /// The largest property block accepted; more is fatal, as in LiteCore.
+    public var maximumPropertiesSize = BLIPPropertyCodec.defaultMaximumSize
+    /// The largest body accepted in one incoming message. A larger request is drained and answered
+    /// with ERR BLIP/413; a larger response fails its request. The connection stays up.
+    public var maximumIncomingMessageSize = 1 << 30
+    /// The most messages the peer may have partly sent at once; more is fatal.
+    public var maximumIncomingMessagesInFlight = 1024
+    /// Whether incoming requests' bodies count as consumed only when the application says so
+    /// (``BLIPConnectionEngine/consumed(_:bytes:)``), holding back ACKs while it lags. Off, a body counts
+    /// as consumed once delivered. Replies are consumed manually when their request asked to stream them.
+    public var consumesRequestBodiesManually = false
+    /// A streamed outgoing body is asked for more while less than this much of it is queued.
+    public var streamedBodyLowWatermark = 64 * 1024
+
+    public init(dialect: BLIPDialect = .blip3) {
+        self.dialect = dialect
+        self.encoder = BLIPFrameEncoder.Configuration(dialect: dialect)
+    }
+
+    var initialSendWindow: Int {
+        switch self.sendWindow {
+        case .fixed(let size): size
+        case .adaptive(let initial, _): initial
+        }
+    }
+}

@@ -1,0 +1,57 @@
+internal import BLIPWire
+internal import DequeModule
+
+/// One message the peer is sending us, between its first and last frame.
+final class IncomingMessageState {
+    let id: BLIPIncomingID
+    let type: BLIPMessageType
+    let flags: BLIPFrameFlags
+    var reader: BLIPMessageReader
+    /// For a reply: our request.
+    let request: BLIPOutgoingID?
+    var headDelivered = false
+    /// Too large, or a reply nobody wants: remaining frames are read and dropped.
+    var isDiscarding = false
+    /// Body bytes count as consumed once delivered (the application buffers them).
+    var consumesAutomatically = true
+
+    /// Frame bytes after the header received, and the value of the last ACK sent.
+    var bytesReceived = 0
+    var bytesAcknowledged = 0
+    /// Frame bytes whose body bytes have all been consumed: what may be acknowledged.
+    var bytesConsumable = 0
+    /// Body bytes delivered and consumed.
+    var bodyDelivered = 0
+    var bodyConsumed = 0
+    /// For frames not yet consumed: the cumulative frame bytes and body bytes once each is consumed.
+    var unconsumedFrames: Deque<(bytesReceived: Int, bodyDelivered: Int)> = []
+
+    init(
+        id: BLIPIncomingID,
+        type: BLIPMessageType,
+        flags: BLIPFrameFlags,
+        reader: BLIPMessageReader,
+        request: BLIPOutgoingID?
+    ) {
+        self.id = id
+        self.type = type
+        self.flags = flags
+        self.reader = reader
+        self.request = request
+    }
+
+    /// Records `count` more body bytes consumed; returns whether the consumable frame bytes grew.
+    func consume(_ count: Int) -> Bool {
+        self.bodyConsumed = min(self.bodyDelivered, self.bodyConsumed + count)
+        var grew = false
+        while let first = self.unconsumedFrames.first, first.bodyDelivered <= self.bodyConsumed {
+            self.bytesConsumable = first.bytesReceived
+            self.unconsumedFrames.removeFirst()
+            grew = true
+        }
+        return grew
+    }
+
+    /// Frame bytes received but not yet consumed: what this message holds in memory, in wire units.
+    var unconsumedBytes: Int { self.bytesReceived - self.bytesConsumable }
+}

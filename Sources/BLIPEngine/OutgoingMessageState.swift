@@ -1,0 +1,63 @@
+internal import BLIPWire
+internal import DequeModule
+internal import NIOCore
+
+/// One message we are sending: its remaining data, where it is (queued, paused, starved, held), and its
+/// flow-control counters.
+final class OutgoingMessageState: BLIPOutboxEntry {
+    let id: BLIPOutgoingID
+    let type: BLIPMessageType
+    /// The wire number: a request's is assigned at its first frame (0 until then); a reply's is its request's.
+    var number: UInt64
+    /// Flags on every frame: urgent, no-reply, compressed (requested).
+    var flags: BLIPFrameFlags
+    var data: BLIPMessageData
+    /// Whether `data` holds the rest of the message (false while a streamed body is still coming).
+    var isBodyComplete: Bool
+    let isStreamed: Bool
+    let streamsReply: Bool
+
+    /// Frame bytes after the header (CRC included) sent and acknowledged: the units of ACKs.
+    var bytesSent = 0
+    var bytesAcknowledged = 0
+    var framesSent = 0
+    /// Cumulative `bytesSent` after each frame not yet acknowledged, with its send time: for round trips.
+    var unacknowledgedFrames: Deque<(bytesSent: Int, time: NIODeadline)> = []
+    /// Held back by the send window since the last ACK.
+    var wasWindowLimited = false
+
+    var isQueued = false
+    var isPaused = false
+    /// A reply whose request is still arriving: it may not leave before the request is complete.
+    var isHeld = false
+    /// Its reply, if any, is to be dropped.
+    var isAbandoned = false
+
+    init(
+        id: BLIPOutgoingID,
+        type: BLIPMessageType,
+        number: UInt64,
+        flags: BLIPFrameFlags,
+        data: BLIPMessageData,
+        isBodyComplete: Bool,
+        isStreamed: Bool,
+        streamsReply: Bool
+    ) {
+        self.id = id
+        self.type = type
+        self.number = number
+        self.flags = flags
+        self.data = data
+        self.isBodyComplete = isBodyComplete
+        self.isStreamed = isStreamed
+        self.streamsReply = streamsReply
+    }
+
+    var isUrgent: Bool { self.flags.contains(.urgent) }
+    var hasStarted: Bool { self.framesSent > 0 }
+    var expectsReply: Bool { self.type == .request && !self.flags.contains(.noReply) }
+    var isFinished: Bool { self.isBodyComplete && self.data.readableBytes == 0 && self.hasStarted }
+    /// Waiting for more of its streamed body before it can send a frame.
+    var isStarved: Bool { !self.isBodyComplete && self.data.readableBytes == 0 }
+    var unacknowledgedBytes: Int { self.bytesSent - self.bytesAcknowledged }
+}
