@@ -46,15 +46,35 @@ extension BLIPConnectionEngine {
     private func receivedData(_ frame: BLIPDataFrame) throws(BLIPEngineError) -> BLIPReceiveResult {
         let header = frame.header
         let id = BLIPIncomingID(isRequest: header.type == .request, number: header.messageNumber)
+        let isLastFrame = !header.flags.contains(.moreComing)
         let message: IncomingMessageState
         if let existing = self.incoming[id] {
             message = existing
         } else {
-            guard let started = try self.startIncoming(header, id: id) else { return BLIPReceiveResult() }
-            message = started
+            guard let admission = try self.admit(header, id: id) else { return BLIPReceiveResult() }
+            if isLastFrame {
+                return try self.receivedWholeMessage(frame, id: id, admission: admission)
+            }
+            guard self.incoming.count < self.configuration.maximumIncomingMessagesInFlight else {
+                throw self.fail(
+                    BLIPEngineError(
+                        .tooManyMessagesInFlight,
+                        "the peer has more than \(self.configuration.maximumIncomingMessagesInFlight) messages in flight"
+                    )
+                )
+            }
+            message = IncomingMessageState(
+                id: id,
+                type: header.type,
+                flags: header.flags.subtracting(.moreComing),
+                reader: self.makeReader(for: header),
+                request: admission.request
+            )
+            message.isDiscarding = admission.discards
+            message.consumesAutomatically = admission.consumesAutomatically
+            self.incoming[id] = message
         }
 
-        let isLastFrame = !header.flags.contains(.moreComing)
         let piece: ByteBuffer
         do {
             piece = try message.reader.append(frame.payload)
@@ -66,17 +86,18 @@ extension BLIPConnectionEngine {
 
         var event: BLIPEngineEvent?
         var wakeWriter = false
-        if !message.isDiscarding
-            && message.bodyDelivered + piece.readableBytes > self.configuration.maximumIncomingMessageSize
-        {
+        if !message.isDiscarding && message.bodyDelivered + piece.readableBytes > self.configuration.maximumIncomingMessageSize {
             event = self.startDiscarding(message)
         }
-        if message.isDiscarding {
-            message.bodyDelivered += piece.readableBytes
+        message.bodyDelivered += piece.readableBytes
+        if message.isDiscarding || message.consumesAutomatically {
             message.bodyConsumed = message.bodyDelivered
             message.bytesConsumable = message.bytesReceived
         } else {
-            message.bodyDelivered += piece.readableBytes
+            message.unconsumedFrames.append((message.bytesReceived, message.bodyDelivered))
+            _ = message.consume(0)
+        }
+        if !message.isDiscarding {
             if !message.headDelivered, let properties = message.reader.properties {
                 message.headDelivered = true
                 event = .messageStarted(
@@ -93,27 +114,67 @@ extension BLIPConnectionEngine {
             } else if message.headDelivered && (piece.readableBytes > 0 || isLastFrame) {
                 event = .bodyReceived(id, piece, isComplete: isLastFrame)
             }
-            message.unconsumedFrames.append((message.bytesReceived, message.bodyDelivered))
-            _ = message.consume(message.consumesAutomatically ? piece.readableBytes : 0)
         }
 
         if isLastFrame {
             self.incoming.removeValue(forKey: id)
-            if id.isRequest { wakeWriter = try self.requestCompleted(message) }
+            if id.isRequest {
+                wakeWriter = try self.requestCompleted(id.number, discarded: message.isDiscarding, flags: message.flags)
+            }
         } else if self.dialect.hasFlowControl {
             wakeWriter = self.queueACKIfDue(message)
         }
         return BLIPReceiveResult(event: event, wakeWriter: wakeWriter)
     }
 
-    /// Validates the first frame of a message; nil means "ignore this frame".
-    private func startIncoming(
-        _ header: BLIPFrameHeader,
-        id: BLIPIncomingID
-    ) throws(BLIPEngineError) -> IncomingMessageState? {
+    /// A message that fits one frame (most of them): no state is kept for it.
+    private func receivedWholeMessage(
+        _ frame: BLIPDataFrame,
+        id: BLIPIncomingID,
+        admission: Admission
+    ) throws(BLIPEngineError) -> BLIPReceiveResult {
+        var reader = self.makeReader(for: frame.header)
+        let body: ByteBuffer
+        do {
+            body = try reader.append(frame.payload)
+            try reader.finish()
+        } catch {
+            throw self.fail(BLIPEngineError(.protocolViolation, "\(id): \(error)", wireError: error))
+        }
+        let flags = frame.header.flags
+        var event: BLIPEngineEvent?
+        let tooLarge = body.readableBytes > self.configuration.maximumIncomingMessageSize
+        if tooLarge, let request = admission.request {
+            event = .messageFailed(id, request: request, self.tooLargeError(id))
+        } else if !tooLarge && !admission.discards {
+            event = .messageStarted(
+                BLIPIncomingMessage(
+                    id: id,
+                    type: frame.header.type,
+                    flags: flags,
+                    properties: reader.properties!,
+                    body: body,
+                    isComplete: true,
+                    request: admission.request
+                )
+            )
+        }
+        var wakeWriter = false
+        if id.isRequest {
+            if tooLarge { self.unanswered.removeValue(forKey: id.number) }
+            wakeWriter = try self.requestCompleted(id.number, discarded: tooLarge, flags: flags)
+        }
+        return BLIPReceiveResult(event: event, wakeWriter: wakeWriter)
+    }
+
+    struct Admission {
         var request: BLIPOutgoingID?
         var discards = false
-        var consumesAutomatically = !self.configuration.consumesRequestBodiesManually
+        var consumesAutomatically: Bool
+    }
+
+    /// Validates the first frame of a message and records it; nil means "ignore this frame".
+    private func admit(_ header: BLIPFrameHeader, id: BLIPIncomingID) throws(BLIPEngineError) -> Admission? {
         if id.isRequest {
             // Requests must begin as 1, 2, 3 ... with no gap: anything else is fatal in LiteCore and go-blip.
             guard id.number == self.lastRequestNumberReceived + 1 else {
@@ -125,43 +186,28 @@ extension BLIPConnectionEngine {
             }
             self.lastRequestNumberReceived = id.number
             if !header.flags.contains(.noReply) {
-                self.unanswered[id.number] = UnansweredRequest(
-                    isUrgent: header.flags.contains(.urgent),
-                    isComplete: false
-                )
+                self.unanswered[id.number] = UnansweredRequest(isUrgent: header.flags.contains(.urgent), isComplete: false)
             }
-        } else {
-            guard let pending = self.awaitingReply.removeValue(forKey: id.number) else {
-                // LiteCore: fatal. Cocoa (seed, BLIP 2): ignored at or below the last request sent.
-                if self.dialect != .blip3 && id.number <= self.lastRequestNumberSent { return nil }
-                throw self.fail(.violation("reply #\(id.number) to no request awaiting one"))
-            }
-            request = pending.request
-            discards = pending.isAbandoned
-            consumesAutomatically = !pending.streamsReply
+            return Admission(consumesAutomatically: !self.configuration.consumesRequestBodiesManually)
         }
-        guard self.incoming.count < self.configuration.maximumIncomingMessagesInFlight else {
-            throw self.fail(
-                BLIPEngineError(
-                    .tooManyMessagesInFlight,
-                    "the peer has more than \(self.configuration.maximumIncomingMessagesInFlight) messages in flight"
-                )
-            )
+        guard let pending = self.awaitingReply.removeValue(forKey: id.number) else {
+            // LiteCore: fatal. Cocoa (seed, BLIP 2): ignored at or below the last request sent.
+            if self.dialect != .blip3 && id.number <= self.lastRequestNumberSent { return nil }
+            throw self.fail(.violation("reply #\(id.number) to no request awaiting one"))
         }
-        let message = IncomingMessageState(
-            id: id,
-            type: header.type,
-            flags: header.flags.subtracting(.moreComing),
-            reader: self.decoder.makeMessageReader(
-                for: header,
-                maximumPropertiesSize: self.configuration.maximumPropertiesSize
-            ),
-            request: request
+        return Admission(
+            request: pending.request,
+            discards: pending.isAbandoned,
+            consumesAutomatically: !pending.streamsReply
         )
-        message.isDiscarding = discards
-        message.consumesAutomatically = consumesAutomatically
-        self.incoming[id] = message
-        return message
+    }
+
+    private func makeReader(for header: BLIPFrameHeader) -> BLIPMessageReader {
+        self.decoder.makeMessageReader(for: header, maximumPropertiesSize: self.configuration.maximumPropertiesSize)
+    }
+
+    private func tooLargeError(_ id: BLIPIncomingID) -> BLIPEngineError {
+        BLIPEngineError(.messageTooLarge, "\(id) is larger than \(self.configuration.maximumIncomingMessageSize) bytes")
     }
 
     /// The message grew past the size limit: drain the rest. A request can no longer be answered by the
@@ -172,24 +218,25 @@ extension BLIPConnectionEngine {
         if message.id.isRequest {
             self.unanswered.removeValue(forKey: message.id.number)
         }
-        let error = BLIPEngineError(
-            .messageTooLarge,
-            "\(message.id) is larger than \(self.configuration.maximumIncomingMessageSize) bytes"
-        )
+        let error = self.tooLargeError(message.id)
         // The application only hears of it if it knew the message, or awaits it as a reply.
         guard message.headDelivered || message.request != nil else { return nil }
         return .messageFailed(message.id, request: message.request, error)
     }
 
-    /// A request from the peer has arrived whole: its reply may now leave.
-    private func requestCompleted(_ message: IncomingMessageState) throws(BLIPEngineError) -> Bool {
-        let number = message.id.number
-        if message.isDiscarding {
-            guard !message.flags.contains(.noReply) else { return false }
+    /// A request from the peer has arrived whole: its reply may now leave. One that was too large gets
+    /// ERR BLIP/413 instead, unless it was no-reply.
+    private func requestCompleted(
+        _ number: UInt64,
+        discarded: Bool,
+        flags: BLIPFrameFlags
+    ) throws(BLIPEngineError) -> Bool {
+        if discarded {
+            guard !flags.contains(.noReply) else { return false }
             var properties = BLIPProperties()
             properties[BLIPProperties.errorDomainName] = "BLIP"
             properties[BLIPProperties.errorCodeName] = Self.tooLargeErrorCode
-            self.unanswered[number] = UnansweredRequest(isUrgent: message.flags.contains(.urgent), isComplete: true)
+            self.unanswered[number] = UnansweredRequest(isUrgent: flags.contains(.urgent), isComplete: true)
             let reply = BLIPOutgoingMessage(
                 .error(toRequest: number),
                 properties: properties,

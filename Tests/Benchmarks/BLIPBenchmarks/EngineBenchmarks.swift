@@ -6,38 +6,47 @@ import NIOCore
 func engineBenchmarks() {
     // 1 000 messages queued, every fourth urgent, each 20 KiB (two frames): how fast the engine picks and
     // frames the next frame. One iteration drains the whole out-box.
+    // 1 000 messages queued, every fourth urgent, each 20 KiB (two frames, more while urgent messages
+    // shrink normal frames to 4 KiB): how fast the engine picks and frames the next frame. Each sample
+    // drains a freshly filled out-box; the filling is not measured.
     Benchmark(
         "engine-schedule-1000-mixed-messages",
-        configuration: .init(metrics: [.wallClock, .mallocCountTotal, .throughput], maxIterations: 200)
+        configuration: .init(
+            metrics: [.wallClock, .mallocCountTotal],
+            maxDuration: .seconds(3),
+            maxIterations: 300,
+            thresholds: [.mallocCountTotal: .init(absolute: [.p90: 1])]
+        )
     ) { benchmark in
         let body = ByteBuffer(repeating: 0x61, count: 20_000)
         var frame = ByteBuffer()
         frame.reserveCapacity(16_384)
         let now = NIODeadline.now()
-        for _ in benchmark.scaledIterations {
-            benchmark.stopMeasurement()
-            let engine = BLIPConnectionEngine(configuration: BLIPEngineConfiguration(dialect: .blip2))
-            for index in 0..<1000 {
-                _ = try! engine.enqueue(
-                    BLIPOutgoingMessage(
-                        .request,
-                        properties: ["Profile": "bench"],
-                        body: .buffer(body),
-                        urgent: index % 4 == 0,
-                        noReply: true
-                    )
+        let engine = BLIPConnectionEngine(configuration: BLIPEngineConfiguration(dialect: .blip2))
+        for index in 0..<1000 {
+            _ = try! engine.enqueue(
+                BLIPOutgoingMessage(
+                    .request,
+                    properties: ["Profile": "bench"],
+                    body: .buffer(body),
+                    urgent: index % 4 == 0,
+                    noReply: true
                 )
-            }
-            benchmark.startMeasurement()
-            var frames = 0
-            while true {
-                frame.clear()
-                guard case .frame = try! engine.nextFrame(into: &frame, now: now) else { break }
-                frames += 1
-            }
-            precondition(frames == 2000)
-            blackHole(frames)
+            )
         }
+        benchmark.startMeasurement()
+        var frames = 0
+        while true {
+            frame.clear()
+            guard case .frame = try! engine.nextFrame(into: &frame, now: now) else { break }
+            frames += 1
+        }
+        benchmark.stopMeasurement()
+        if scheduledFrames.count == nil { print("engine-schedule-1000-mixed-messages: \(frames) frames per sample") }
+        // Every sample schedules the same frames.
+        precondition(scheduledFrames.count == nil || scheduledFrames.count == frames)
+        scheduledFrames.count = frames
+        blackHole(frames)
     }
 
     // A 100-byte request and its 100-byte reply through two engines (client and server), as over a
@@ -79,3 +88,9 @@ func engineBenchmarks() {
         }
     }
 }
+
+/// Frames the scheduling benchmark sends for its 1 000 messages, as first measured.
+final class FrameCount: @unchecked Sendable {  // only touched by the benchmark's single thread
+    var count: Int?
+}
+let scheduledFrames = FrameCount()
