@@ -86,7 +86,9 @@ extension BLIPConnectionEngine {
 
         var event: BLIPEngineEvent?
         var wakeWriter = false
-        if !message.isDiscarding && message.bodyDelivered + piece.readableBytes > self.configuration.maximumIncomingMessageSize {
+        if !message.isDiscarding
+            && message.bodyDelivered + piece.readableBytes > self.configuration.maximumIncomingMessageSize
+        {
             event = self.startDiscarding(message)
         }
         message.bodyDelivered += piece.readableBytes
@@ -186,7 +188,10 @@ extension BLIPConnectionEngine {
             }
             self.lastRequestNumberReceived = id.number
             if !header.flags.contains(.noReply) {
-                self.unanswered[id.number] = UnansweredRequest(isUrgent: header.flags.contains(.urgent), isComplete: false)
+                self.unanswered[id.number] = UnansweredRequest(
+                    isUrgent: header.flags.contains(.urgent),
+                    isComplete: false
+                )
             }
             return Admission(consumesAutomatically: !self.configuration.consumesRequestBodiesManually)
         }
