@@ -11,6 +11,8 @@ let nioCore: Target.Dependency = .product(name: "NIOCore", package: "swift-nio")
 let propertyBased: Target.Dependency = .product(name: "PropertyBased", package: "swift-property-based")
 let crypto: Target.Dependency = .product(name: "Crypto", package: "swift-crypto")
 let deque: Target.Dependency = .product(name: "DequeModule", package: "swift-collections")
+let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
+let metrics: Target.Dependency = .product(name: "CoreMetrics", package: "swift-metrics")
 
 let package = Package(
     name: "swift-blip",
@@ -19,10 +21,13 @@ let package = Package(
         .library(name: "BLIPWire", targets: ["BLIPWire"]),
         .library(name: "BLIPEngine", targets: ["BLIPEngine"]),
         .library(name: "BLIPPeerHarness", targets: ["BLIPPeerHarness"]),
+        .library(name: "BLIP", targets: ["BLIP"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.1.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         // test-only
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
@@ -48,6 +53,11 @@ let package = Package(
             dependencies: ["BLIPEngine", "BLIPWire", nioCore, deque],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BLIP",
+            dependencies: ["BLIPEngine", "BLIPWire", nioCore, deque, logging, metrics],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPWireTests",
             dependencies: ["BLIPWire", "CBLIPZlib", nioCore, propertyBased, crypto],
@@ -56,6 +66,11 @@ let package = Package(
         .testTarget(
             name: "BLIPEngineTests",
             dependencies: ["BLIPEngine", "BLIPPeerHarness", "BLIPWire", nioCore, propertyBased],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BLIPTests",
+            dependencies: ["BLIP", "BLIPEngine", "BLIPWire", nioCore, logging],
             swiftSettings: swiftSettings
         ),
     ],

@@ -1,0 +1,205 @@
+public import BLIPWire
+internal import DequeModule
+internal import Dispatch
+internal import NIOCore
+internal import Synchronization
+
+/// Two connected in-process transports, for testing handlers and clients without sockets.
+///
+/// Each end runs on its own serial queue, as a socket's event loop would; frames cross in order, at most
+/// ``framesInFlight`` at a time per direction (the writer stops pulling while the other end is behind, as
+/// on a full socket). ``cut()`` drops the link abruptly, like a reset connection.
+///
+/// ```swift
+/// let (client, server) = BLIPInMemoryTransport.makePair()
+/// let serverConnection = BLIPConnection(transport: server, router: router)
+/// Task { await serverConnection.run() }
+/// try await withBLIPConnection(over: client) { connection in
+///     let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "hi"))
+/// }
+/// ```
+public final class BLIPInMemoryTransport: BLIPTransport {
+    public let dialect: BLIPDialect
+    private let link: InMemoryLink
+    private let side: Int
+
+    /// Frames one end may have sent and the other not yet taken.
+    public static let framesInFlight = 16
+
+    private init(link: InMemoryLink, side: Int) {
+        self.link = link
+        self.side = side
+        self.dialect = link.dialect
+    }
+
+    /// A connected pair: what one writes, the other receives.
+    public static func makePair(dialect: BLIPDialect = .blip3) -> (
+        client: BLIPInMemoryTransport, server: BLIPInMemoryTransport
+    ) {
+        let link = InMemoryLink(dialect: dialect)
+        return (BLIPInMemoryTransport(link: link, side: 0), BLIPInMemoryTransport(link: link, side: 1))
+    }
+
+    public func start(_ sink: BLIPTransportSink) {
+        self.link.start(self.side, sink)
+    }
+
+    public func wakeWriter() {
+        self.link.schedulePump(self.side)
+    }
+
+    public func pauseReading() {
+        self.link.setPaused(self.side, true)
+    }
+
+    public func resumeReading() {
+        self.link.setPaused(self.side, false)
+    }
+
+    public func close(_ reason: BLIPCloseReason) {
+        self.link.close(from: self.side, reason)
+    }
+
+    /// Drops the link at once in both directions, like a TCP reset: frames in flight are lost and both
+    /// ends report a transport failure.
+    public func cut() {
+        self.link.cut()
+    }
+}
+
+/// The shared state of a pair. Each end's sink is only called on that end's queue.
+final class InMemoryLink: Sendable {
+    struct End {
+        var sink: BLIPTransportSink?
+        var inbox: Deque<ByteBuffer> = []
+        var readingPaused = false
+        var closed = false
+        var deliveryScheduled = false
+        var pumpScheduled = false
+        /// Why the peer closed, reported once the inbox is drained.
+        var peerClosed: (any Error)??
+    }
+
+    let dialect: BLIPDialect
+    let queues: [DispatchQueue]
+    let ends: Mutex<[End]>
+
+    init(dialect: BLIPDialect) {
+        self.dialect = dialect
+        self.queues = [DispatchQueue(label: "blip.in-memory.client"), DispatchQueue(label: "blip.in-memory.server")]
+        self.ends = Mutex([End(), End()])
+    }
+
+    func start(_ side: Int, _ sink: BLIPTransportSink) {
+        self.ends.withLock { $0[side].sink = sink }
+        self.scheduleDelivery(side)
+    }
+
+    func setPaused(_ side: Int, _ paused: Bool) {
+        self.ends.withLock { $0[side].readingPaused = paused }
+        if !paused { self.scheduleDelivery(side) }
+    }
+
+    func schedulePump(_ side: Int) {
+        let schedule = self.ends.withLock { ends -> Bool in
+            guard !ends[side].pumpScheduled else { return false }
+            ends[side].pumpScheduled = true
+            return true
+        }
+        if schedule { self.queues[side].async { self.pump(side) } }
+    }
+
+    private func scheduleDelivery(_ side: Int) {
+        let schedule = self.ends.withLock { ends -> Bool in
+            guard !ends[side].deliveryScheduled else { return false }
+            ends[side].deliveryScheduled = true
+            return true
+        }
+        if schedule { self.queues[side].async { self.deliver(side) } }
+    }
+
+    /// On `side`'s queue: pull frames from its connection while the other end can take them.
+    private func pump(_ side: Int) {
+        let other = 1 - side
+        guard
+            let sink = self.ends.withLock({ ends -> BLIPTransportSink? in
+                ends[side].pumpScheduled = false
+                return ends[side].closed ? nil : ends[side].sink
+            })
+        else { return }
+        var sent = false
+        while self.ends.withLock({ !$0[side].closed && $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight }) {
+            var frame = ByteBuffer()
+            guard sink.nextFrame(into: &frame) else { break }
+            self.ends.withLock { $0[other].inbox.append(frame) }
+            sent = true
+        }
+        if sent { self.scheduleDelivery(other) }
+    }
+
+    /// On `side`'s queue: hand received frames to its connection, then let it write (replies, ACKs).
+    private func deliver(_ side: Int) {
+        let other = 1 - side
+        var delivered = false
+        while true {
+            let next = self.ends.withLock { ends -> (BLIPTransportSink, ByteBuffer)? in
+                guard !ends[side].closed, !ends[side].readingPaused, let sink = ends[side].sink,
+                    let frame = ends[side].inbox.popFirst()
+                else { return nil }
+                return (sink, frame)
+            }
+            guard let (sink, frame) = next else { break }
+            sink.received(frame)
+            delivered = true
+        }
+        let (closedByPeer, sink) = self.ends.withLock { ends -> ((any Error)??, BLIPTransportSink?) in
+            ends[side].deliveryScheduled = false
+            guard ends[side].inbox.isEmpty, let reason = ends[side].peerClosed, !ends[side].closed else {
+                return (nil, nil)
+            }
+            ends[side].closed = true
+            return (reason, ends[side].sink)
+        }
+        if let closedByPeer {
+            sink?.closed(closedByPeer)
+            return
+        }
+        if delivered {
+            self.pump(side)
+            self.schedulePump(other)  // room freed in this inbox
+        }
+    }
+
+    func close(from side: Int, _ reason: BLIPCloseReason) {
+        let other = 1 - side
+        let sink = self.ends.withLock { ends -> BLIPTransportSink? in
+            guard !ends[side].closed else { return nil }
+            ends[side].closed = true
+            ends[side].inbox.removeAll()
+            if ends[other].peerClosed == nil && !ends[other].closed {
+                ends[other].peerClosed = .some(
+                    reason.kind == .protocolViolation
+                        ? BLIPConnectionError(.protocolViolation, "the peer closed: \(reason.message)") : nil
+                )
+            }
+            return ends[side].sink
+        }
+        if let sink { self.queues[side].async { sink.closed(nil) } }
+        self.scheduleDelivery(other)
+    }
+
+    func cut() {
+        let sinks = self.ends.withLock { ends -> [BLIPTransportSink?] in
+            (0..<2).map { side in
+                guard !ends[side].closed else { return nil }
+                ends[side].closed = true
+                ends[side].inbox.removeAll()
+                return ends[side].sink
+            }
+        }
+        for (side, sink) in sinks.enumerated() {
+            guard let sink else { continue }
+            self.queues[side].async { sink.closed(BLIPConnectionError(.transportFailed, "the link was cut")) }
+        }
+    }
+}

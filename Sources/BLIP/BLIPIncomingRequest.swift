@@ -1,0 +1,94 @@
+internal import BLIPEngine
+internal import DequeModule
+internal import NIOCore
+internal import Synchronization
+
+/// A request no handler took, delivered by ``BLIPConnection/incomingRequests``. It must be answered with
+/// ``respond(_:)`` or ``respond(throwing:)``; one dropped unanswered is answered ERR BLIP/501 for you, so
+/// that the peer never waits forever.
+public final class BLIPIncomingRequest: Sendable {
+    public let request: BLIPRequest
+    /// False for no-reply requests, which must not be answered.
+    public let expectsReply: Bool
+    /// The request's number on the wire.
+    public let number: UInt64
+    let core: ConnectionCore
+    private let answered = Atomic<Bool>(false)
+
+    init(core: ConnectionCore, request: BLIPRequest, number: UInt64, expectsReply: Bool) {
+        self.core = core
+        self.request = request
+        self.number = number
+        self.expectsReply = expectsReply
+    }
+
+    deinit {
+        if self.expectsReply && !self.answered.load(ordering: .acquiring) {
+            self.core.respond(
+                to: self.number,
+                with: .failure(BLIPError(code: .handlerFailed, message: "request dropped without a reply"))
+            )
+        }
+    }
+
+    /// Sends the reply. Throws if the request was answered already or expects no reply.
+    public func respond(_ response: BLIPResponse) throws {
+        try self.markAnswered()
+        self.core.respond(to: self.number, with: .success(response))
+    }
+
+    /// Sends an ERR reply.
+    public func respond(throwing error: BLIPError) throws {
+        try self.markAnswered()
+        self.core.respond(to: self.number, with: .failure(error))
+    }
+
+    private func markAnswered() throws {
+        guard self.expectsReply else {
+            throw BLIPConnectionError(.invalidMessage, "request #\(self.number) expects no reply")
+        }
+        guard !self.answered.exchange(true, ordering: .acquiringAndReleasing) else {
+            throw BLIPConnectionError(.invalidMessage, "request #\(self.number) was already answered")
+        }
+    }
+}
+
+/// The requests no handler took (with ``BLIPConnection/UnhandledRequestPolicy/deliver``). While they are
+/// not taken, the connection buffers a few and then stops reading from the peer.
+public struct BLIPIncomingRequests: AsyncSequence, Sendable {
+    public typealias Element = BLIPIncomingRequest
+    public typealias Failure = Never
+
+    let core: ConnectionCore
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(core: self.core)
+    }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let core: ConnectionCore
+
+        public mutating func next() async -> BLIPIncomingRequest? {
+            await self.core.nextUnhandledRequest()
+        }
+    }
+}
+
+extension ConnectionCore {
+    func nextUnhandledRequest() async -> BLIPIncomingRequest? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<BLIPIncomingRequest?, Never>) in
+            var effects = Effects()
+            self.state.withLock { state in
+                if let request = state.unhandled.popFirst() {
+                    self.resumeReadingIfPossible(&state, effects: &effects)
+                    effects.later { continuation.resume(returning: request) }
+                } else if state.closeError != nil || state.unhandledWaiter != nil {
+                    effects.later { continuation.resume(returning: nil) }  // closed, or one reader at a time
+                } else {
+                    state.unhandledWaiter = continuation
+                }
+            }
+            self.perform(effects)
+        }
+    }
+}

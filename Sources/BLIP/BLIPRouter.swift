@@ -1,0 +1,52 @@
+/// Maps a request's `Profile` to the handler that answers it.
+///
+/// A handler returns the reply, or throws: a ``BLIPError`` (or ``BLIPErrorConvertible``) becomes that ERR
+/// reply; any other error becomes ERR BLIP/501. A request whose profile has no handler gets ERR BLIP/404,
+/// or goes to ``BLIPConnection/incomingRequests`` (``BLIPConnection/UnhandledRequestPolicy/deliver``).
+public struct BLIPRouter: Sendable {
+    /// Answers a request whose whole body has arrived.
+    public typealias Handler = @Sendable (BLIPRequest, BLIPRequestContext) async throws -> BLIPResponse
+    /// Answers a request as its body arrives, piece by piece (ACKs wait for the handler to read).
+    public typealias StreamingHandler = @Sendable (BLIPStreamedRequest, BLIPRequestContext) async throws -> BLIPResponse
+
+    enum Route: Sendable {
+        case whole(Handler)
+        case streaming(StreamingHandler)
+    }
+
+    var routes: [String: Route] = [:]
+
+    public init() {}
+
+    /// Registers `handler` for requests whose `Profile` is `profile`, replacing any earlier one.
+    public mutating func register(profile: String, _ handler: @escaping Handler) {
+        self.routes[profile] = .whole(handler)
+    }
+
+    /// Registers a handler that reads the request body as it arrives.
+    public mutating func registerStreaming(profile: String, _ handler: @escaping StreamingHandler) {
+        self.routes[profile] = .streaming(handler)
+    }
+
+    /// Lets `service` register its handlers.
+    public mutating func register(_ service: some BLIPService) {
+        service.registerHandlers(with: &self)
+    }
+
+    public func hasHandler(forProfile profile: String) -> Bool {
+        self.routes[profile] != nil
+    }
+
+    var hasStreamingHandlers: Bool {
+        self.routes.values.contains { if case .streaming = $0 { true } else { false } }
+    }
+
+    func route(for properties: BLIPProperties) -> Route? {
+        properties.profile.flatMap { self.routes[$0] }
+    }
+}
+
+/// A set of handlers registered together.
+public protocol BLIPService: Sendable {
+    func registerHandlers(with router: inout BLIPRouter)
+}

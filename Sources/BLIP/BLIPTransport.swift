@@ -1,0 +1,79 @@
+public import BLIPWire
+public import NIOCore
+
+/// The seam between a connection and the network: a full-duplex channel of BLIP frames (one frame per
+/// WebSocket binary message).
+///
+/// The transport drives the connection from its own serial context (an event loop): it hands each frame
+/// received to the ``BLIPTransportSink`` and, whenever it can write, pulls frames from it until it has
+/// none or the network is saturated, then flushes. So framing, compression and scheduling happen right at
+/// the socket, with no `await` per frame.
+public protocol BLIPTransport: AnyObject, Sendable {
+    /// The wire dialect, known once the transport is established (from the negotiated subprotocol).
+    var dialect: BLIPDialect { get }
+
+    /// Called once by the connection: from now on the transport reports to `sink`.
+    func start(_ sink: BLIPTransportSink)
+
+    /// The connection has new frames to send: pull them soon, from the transport's own context.
+    func wakeWriter()
+
+    /// Stop handing frames to the sink until ``resumeReading()`` (the application is not keeping up).
+    func pauseReading()
+    func resumeReading()
+
+    /// Closes the connection; the transport reports ``BLIPTransportSink/closed(_:)`` once it has.
+    func close(_ reason: BLIPCloseReason)
+}
+
+/// Why a connection closes; the WebSocket transport maps it to a close code (1000 normal, 1011 for a
+/// protocol violation).
+public struct BLIPCloseReason: Hashable, Sendable, CustomStringConvertible {
+    public enum Kind: Hashable, Sendable {
+        case normal
+        case protocolViolation
+        case goingAway
+    }
+
+    public var kind: Kind
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String = "") {
+        self.kind = kind
+        self.message = message
+    }
+
+    public static let normal = BLIPCloseReason(.normal)
+    public static let goingAway = BLIPCloseReason(.goingAway)
+    public static func protocolViolation(_ message: String) -> BLIPCloseReason {
+        BLIPCloseReason(.protocolViolation, message)
+    }
+
+    public var description: String { self.message.isEmpty ? "\(self.kind)" : "\(self.kind): \(self.message)" }
+}
+
+/// What a transport reports to: the connection's side of the seam. All calls come from the transport's
+/// serial context.
+public final class BLIPTransportSink: Sendable {
+    let core: ConnectionCore
+
+    init(core: ConnectionCore) {
+        self.core = core
+    }
+
+    /// A frame arrived.
+    public func received(_ frame: ByteBuffer) {
+        self.core.received(frame)
+    }
+
+    /// Appends the next frame to send to `buffer` (after any bytes already there, such as room left for a
+    /// WebSocket header); returns false when there is nothing to send now.
+    public func nextFrame(into buffer: inout ByteBuffer) -> Bool {
+        self.core.nextFrame(into: &buffer)
+    }
+
+    /// The transport is closed; `error` is nil for a normal close.
+    public func closed(_ error: (any Error)?) {
+        self.core.transportClosed(error)
+    }
+}

@@ -1,0 +1,3 @@
+@_exported public import enum BLIPWire.BLIPDialect
+@_exported public import struct BLIPWire.BLIPProperties
+@_exported public import struct BLIPWire.BLIPProperty

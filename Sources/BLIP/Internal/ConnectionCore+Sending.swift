@@ -1,0 +1,307 @@
+internal import BLIPEngine
+internal import BLIPWire
+internal import CoreMetrics
+internal import Logging
+internal import NIOCore
+internal import Synchronization
+
+extension ConnectionCore {
+    // MARK: - Requests
+
+    func sendRequest(_ request: BLIPRequest) async throws -> BLIPResponse {
+        let token = self.makeToken()
+        return try await withTaskCancellationHandler {
+            try await self.awaitReply(self.outgoing(request, body: .buffer(request.body)), token: token, started: nil) {
+                .whole($0)
+            }
+        } onCancel: {
+            self.cancel(token: token)
+        }
+    }
+
+    func sendRequestStreamingReply(_ request: BLIPRequest) async throws -> BLIPStreamedResponse {
+        var message = self.outgoing(request, body: .buffer(request.body))
+        message.streamsReply = true
+        let token = self.makeToken()
+        return try await withTaskCancellationHandler {
+            try await self.awaitReply(message, token: token, started: nil) { .streamed($0) }
+        } onCancel: {
+            self.cancel(token: token)
+        }
+    }
+
+    /// Sends a request whose body is produced as it is sent; the body is fed while the reply is awaited.
+    func sendRequest<Body: AsyncSequence & Sendable>(
+        _ request: BLIPRequest,
+        body: Body
+    ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
+        let message = self.outgoing(request, body: .streamed)
+        let token = self.makeToken()
+        return try await withTaskCancellationHandler {
+            try await withThrowingTaskGroup(of: BLIPResponse?.self) { group in
+                let (queued, started) = AsyncStream.makeStream(of: BLIPOutgoingID.self)
+                group.addTask {
+                    try await self.awaitReply(message, token: token, started: started) { .whole($0) }
+                }
+                group.addTask {
+                    var ids = queued.makeAsyncIterator()
+                    guard let id = await ids.next() else { return nil }
+                    try await self.feed(body, to: id)
+                    return nil
+                }
+                while let result = try await group.next() {
+                    if let reply = result {
+                        group.cancelAll()
+                        return reply
+                    }
+                }
+                throw BLIPConnectionError(.connectionClosed, "no reply")
+            }
+        } onCancel: {
+            self.cancel(token: token)
+        }
+    }
+
+    func sendNoReply(_ request: BLIPRequest) async throws {
+        var message = self.outgoing(request, body: .buffer(request.body))
+        message.isNoReply = true
+        let token = self.makeToken()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                var effects = Effects()
+                self.state.withLock { state in
+                    guard
+                        let id = self.enqueue(
+                            message,
+                            token: token,
+                            &state,
+                            effects: &effects,
+                            onError: {
+                                continuation.resume(throwing: $0)
+                            }
+                        )
+                    else { return }
+                    state.sendWaiters[id] = continuation
+                }
+                self.perform(effects)
+            }
+        } onCancel: {
+            self.cancel(token: token)
+        }
+    }
+
+    private func outgoing(_ request: BLIPRequest, body: BLIPOutgoingMessage.Body) -> BLIPOutgoingMessage {
+        BLIPOutgoingMessage(
+            .request,
+            properties: request.properties,
+            body: body,
+            urgent: request.isUrgent,
+            compressed: request.isCompressed
+        )
+    }
+
+    private func makeToken() -> UInt64 {
+        self.nextToken.add(1, ordering: .relaxed).oldValue
+    }
+
+    /// Queues a request and waits for its reply. `started` learns the message's handle once queued.
+    private func awaitReply<Reply>(
+        _ message: BLIPOutgoingMessage,
+        token: UInt64,
+        started: AsyncStream<BLIPOutgoingID>.Continuation?,
+        waiter: @escaping (CheckedContinuation<Reply, any Error>) -> ReplyWaiter
+    ) async throws -> Reply {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Reply, any Error>) in
+            var effects = Effects()
+            self.state.withLock { state in
+                guard
+                    let id = self.enqueue(
+                        message,
+                        token: token,
+                        &state,
+                        effects: &effects,
+                        onError: {
+                            continuation.resume(throwing: $0)
+                        }
+                    )
+                else { return }
+                state.replyWaiters[id] = waiter(continuation)
+                started?.yield(id)
+            }
+            started?.finish()
+            self.perform(effects)
+        }
+    }
+
+    /// Queues `message` under the lock; on failure calls `onError` (after the lock) and returns nil.
+    func enqueue(
+        _ message: BLIPOutgoingMessage,
+        token: UInt64?,
+        _ state: inout State,
+        effects: inout Effects,
+        onError: @escaping @Sendable (any Error) -> Void
+    ) -> BLIPOutgoingID? {
+        if let closeError = state.closeError {
+            effects.later { onError(closeError) }
+            return nil
+        }
+        if let token, state.cancelledTokens.remove(token) != nil {
+            effects.later { onError(CancellationError()) }
+            return nil
+        }
+        do throws(BLIPEngineError) {
+            let (id, wake) = try state.engine.enqueue(message)
+            if let token {
+                state.tokens[token] = id
+                state.tokenOfMessage[id] = token
+            }
+            effects.wakeWriter = effects.wakeWriter || wake
+            self.metrics.messagesSent.increment()
+            return id
+        } catch {
+            let failure = self.connectionError(from: error)
+            effects.later { onError(failure) }
+            return nil
+        }
+    }
+
+    /// The caller of a request gave up: the engine drops it if it has not started, else finishes it and
+    /// drops the reply. The caller gets `CancellationError` at once.
+    func cancel(token: UInt64) {
+        var effects = Effects()
+        self.state.withLock { state in
+            guard let id = state.tokens.removeValue(forKey: token) else {
+                state.cancelledTokens.insert(token)  // not queued yet: refuse it when it is
+                return
+            }
+            state.tokenOfMessage.removeValue(forKey: id)
+            if let waiter = state.replyWaiters.removeValue(forKey: id) {
+                Self.fail(waiter, CancellationError(), effects: &effects)
+            }
+            if let waiter = state.sendWaiters.removeValue(forKey: id) {
+                effects.later { waiter.resume(throwing: CancellationError()) }
+            }
+            if let waiter = state.demandWaiters.removeValue(forKey: id) {
+                effects.later { waiter.resume(throwing: CancellationError()) }
+            }
+            do throws(BLIPEngineError) {
+                _ = try state.engine.cancel(id)
+            } catch {
+                // A streamed body stopped after its first frame: the message cannot be finished.
+                self.fatal(error, &state, effects: &effects)
+                effects.closeTransport = BLIPCloseReason(.normal, "streamed body abandoned")
+            }
+        }
+        self.perform(effects)
+    }
+
+    /// Feeds a streamed body, waiting whenever the engine has enough of it queued.
+    func feed<Body: AsyncSequence>(_ body: Body, to id: BLIPOutgoingID) async throws where Body.Element == ByteBuffer {
+        var iterator = body.makeAsyncIterator()
+        var next = try await iterator.next()
+        while true {
+            let following: ByteBuffer? = next == nil ? nil : try await iterator.next()
+            let isComplete = following == nil
+            try await self.appendBody(next ?? ByteBuffer(), to: id, isComplete: isComplete)
+            if isComplete { return }
+            next = following
+        }
+    }
+
+    private func appendBody(_ chunk: ByteBuffer, to id: BLIPOutgoingID, isComplete: Bool) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            var effects = Effects()
+            self.state.withLock { state in
+                if let closeError = state.closeError {
+                    effects.later { continuation.resume(throwing: closeError) }
+                    return
+                }
+                do throws(BLIPEngineError) {
+                    effects.wakeWriter = try state.engine.appendBody(id, chunk, isComplete: isComplete)
+                } catch {
+                    // Cancelled meanwhile: the request has already failed.
+                    effects.later { continuation.resume(throwing: CancellationError()) }
+                    return
+                }
+                if isComplete || state.engine.wantsBody(id) {
+                    effects.later { continuation.resume() }
+                } else {
+                    state.demandWaiters[id] = continuation
+                }
+            }
+            self.perform(effects)
+        }
+    }
+
+    // MARK: - Replies
+
+    /// Sends a handler's reply (or error) to the peer's request `number`.
+    func respond(to number: UInt64, with result: Result<BLIPResponse, BLIPError>) {
+        let message: BLIPOutgoingMessage
+        switch result {
+        case .success(let response):
+            message = BLIPOutgoingMessage(
+                .response(toRequest: number),
+                properties: response.properties,
+                body: .buffer(response.body),
+                compressed: response.isCompressed
+            )
+        case .failure(let error):
+            self.metrics.errorRepliesSent.increment()
+            message = BLIPOutgoingMessage(
+                .error(toRequest: number),
+                properties: error.errorReplyProperties,
+                body: .buffer(ByteBuffer(string: error.message))
+            )
+        }
+        var effects = Effects()
+        self.state.withLock { state in
+            _ = self.enqueue(message, token: nil, &state, effects: &effects) { [logger] error in
+                logger.debug("reply to request #\(number) not sent", metadata: ["blip.error": "\(error)"])
+            }
+        }
+        self.perform(effects)
+    }
+
+    // MARK: - Writing
+
+    /// Pulls the next frame for the transport.
+    func nextFrame(into buffer: inout ByteBuffer) -> Bool {
+        var effects = Effects()
+        let start = buffer.writerIndex
+        let sent = self.state.withLock { state -> BLIPSentFrame? in
+            guard state.closeError == nil else { return nil }
+            let next: BLIPNextFrame
+            do throws(BLIPEngineError) {
+                next = try state.engine.nextFrame(into: &buffer, now: .now())
+            } catch {
+                self.fatal(error, &state, effects: &effects)
+                return nil
+            }
+            guard case .frame(let frame) = next else { return nil }
+            if let id = frame.message {
+                if frame.isLastFrame, let waiter = state.sendWaiters.removeValue(forKey: id) {
+                    if let token = state.tokenOfMessage.removeValue(forKey: id) {
+                        state.tokens.removeValue(forKey: token)
+                    }
+                    effects.later { waiter.resume() }
+                }
+                if let waiter = state.demandWaiters[id], state.engine.wantsBody(id) {
+                    state.demandWaiters.removeValue(forKey: id)
+                    effects.later { waiter.resume() }
+                }
+            }
+            return frame
+        }
+        self.perform(effects)
+        guard let sent else { return false }
+        self.metrics.bytesSent.increment(by: Int64(buffer.writerIndex - start))
+        if self.tracesFrames {
+            self.logger.trace(
+                "sent frame",
+                metadata: ["blip.frame": "\(sent.header)", "blip.length": "\(sent.length)"]
+            )
+        }
+        return true
+    }
+}
