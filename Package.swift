@@ -13,6 +13,10 @@ let crypto: Target.Dependency = .product(name: "Crypto", package: "swift-crypto"
 let deque: Target.Dependency = .product(name: "DequeModule", package: "swift-collections")
 let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
 let metrics: Target.Dependency = .product(name: "CoreMetrics", package: "swift-metrics")
+let nioPosix: Target.Dependency = .product(name: "NIOPosix", package: "swift-nio")
+let nioHTTP1: Target.Dependency = .product(name: "NIOHTTP1", package: "swift-nio")
+let nioWebSocket: Target.Dependency = .product(name: "NIOWebSocket", package: "swift-nio")
+let nioSSL: Target.Dependency = .product(name: "NIOSSL", package: "swift-nio-ssl")
 
 let package = Package(
     name: "swift-blip",
@@ -22,6 +26,7 @@ let package = Package(
         .library(name: "BLIPEngine", targets: ["BLIPEngine"]),
         .library(name: "BLIPPeerHarness", targets: ["BLIPPeerHarness"]),
         .library(name: "BLIP", targets: ["BLIP"]),
+        .library(name: "BLIPWebSocket", targets: ["BLIPWebSocket"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
@@ -29,6 +34,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.30.0"),
         // test-only
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
     ],
@@ -58,6 +64,11 @@ let package = Package(
             dependencies: ["BLIPEngine", "BLIPWire", nioCore, deque, logging, metrics],
             swiftSettings: swiftSettings
         ),
+        .target(
+            name: "BLIPWebSocket",
+            dependencies: ["BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPWireTests",
             dependencies: ["BLIPWire", "CBLIPZlib", nioCore, propertyBased, crypto],
@@ -71,6 +82,13 @@ let package = Package(
         .testTarget(
             name: "BLIPTests",
             dependencies: ["BLIP", "BLIPEngine", "BLIPWire", nioCore, logging],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BLIPWebSocketTests",
+            dependencies: [
+                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging,
+            ],
             swiftSettings: swiftSettings
         ),
     ],

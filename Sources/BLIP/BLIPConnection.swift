@@ -8,8 +8,12 @@ public import NIOCore
 /// closure), or with ``init(transport:configuration:router:logger:)`` and ``run()`` for a server that keeps
 /// it open. Every request resolves exactly once: its reply, a thrown ``BLIPError`` (an ERR reply), or a
 /// thrown ``BLIPConnectionError`` (the connection failed or closed first).
-public struct BLIPConnection: Sendable {
+public struct BLIPConnection: Sendable, Hashable {
     let core: ConnectionCore
+
+    /// Connections are equal when they are the same connection.
+    public static func == (lhs: BLIPConnection, rhs: BLIPConnection) -> Bool { lhs.core === rhs.core }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self.core)) }
 
     init(core: ConnectionCore) {
         self.core = core

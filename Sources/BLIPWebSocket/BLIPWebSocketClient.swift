@@ -1,0 +1,340 @@
+public import BLIP
+internal import BLIPWire
+internal import Crypto
+public import Logging
+public import NIOCore
+internal import NIOHTTP1
+public import NIOPosix
+internal import NIOSSL
+internal import NIOWebSocket
+
+/// Opens BLIP connections over WebSocket (`ws://` and `wss://`).
+public enum BLIPWebSocketClient {
+    public struct Configuration: Sendable {
+        /// Subprotocols offered, most preferred first, in one header (as Couchbase Lite does).
+        public var subprotocols = BLIPSubprotocol.couchbaseMobileDefaults
+        /// Speak the 2013 seed dialect: offer no subprotocol. The server must be configured for it too.
+        public var usesSeedDialect = false
+        /// Extra request headers, such as `Authorization` or `Cookie`.
+        public var headers: [(name: String, value: String)] = []
+        public var connectTimeout = TimeAmount.seconds(10)
+        public var tls = TLS()
+        /// WebSocket ping every this often; nil or zero turns the heartbeat off.
+        public var heartbeatInterval: TimeAmount? = .seconds(300)
+        /// The connection fails if a ping gets no pong within this.
+        public var heartbeatTimeout = TimeAmount.seconds(30)
+        /// The largest WebSocket message accepted (fragments reassembled).
+        public var maximumMessageSize = 1 << 20
+        public var connection = BLIPConnection.Configuration()
+
+        public init() {}
+    }
+
+    /// How `wss://` connections check the server.
+    public struct TLS: Sendable {
+        public enum TrustRoots: Sendable, Hashable {
+            case system
+            /// Certificates in a PEM file (a private CA, or the server's own self-signed certificate).
+            case pemFile(String)
+        }
+
+        public var trustRoots = TrustRoots.system
+        /// Accept only a server whose leaf certificate has this SHA-256 (of its DER form), whatever signs it.
+        public var pinnedCertificateSHA256: [UInt8]?
+
+        public init() {}
+    }
+
+    /// Connects to `url`, runs `body` with the connection, then closes it normally.
+    public static func connect<Result: Sendable>(
+        to url: String,
+        configuration: Configuration = Configuration(),
+        router: BLIPRouter = BLIPRouter(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "blip.websocket.client"),
+        _ body: @Sendable (BLIPConnection) async throws -> Result
+    ) async throws -> Result {
+        let transport = try await self.openTransport(
+            to: url,
+            configuration: configuration,
+            eventLoopGroup: eventLoopGroup,
+            logger: logger
+        )
+        return try await withBLIPConnection(
+            over: transport,
+            configuration: configuration.connection,
+            router: router,
+            logger: logger,
+            body
+        )
+    }
+
+    /// Performs the WebSocket handshake and returns the transport, for a ``BLIPConnection`` that the caller
+    /// runs itself.
+    public static func openTransport(
+        to urlString: String,
+        configuration: Configuration = Configuration(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "blip.websocket.client")
+    ) async throws -> BLIPWebSocketTransport {
+        guard let url = BLIPWebSocketURL(urlString) else {
+            throw BLIPConnectionError(.handshakeFailed, "not a ws:// or wss:// URL: \(urlString)")
+        }
+        let tlsContext = url.isSecure ? try self.makeTLSContext(configuration.tls) : nil
+        let offered = configuration.usesSeedDialect ? [] : configuration.subprotocols
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: url.hostHeader)
+        for header in configuration.headers { headers.add(name: header.name, value: header.value) }
+        let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: url.target, headers: headers)
+        let settings = BLIPWebSocketHandler.Settings(
+            role: .client,
+            heartbeatInterval: configuration.heartbeatInterval,
+            heartbeatTimeout: configuration.heartbeatTimeout,
+            frameSize: configuration.connection.frameSize,
+            logger: logger
+        )
+        let result = eventLoopGroup.any().makePromise(of: BLIPWebSocketTransport.self)
+        let bootstrap = ClientBootstrap(group: eventLoopGroup)
+            .connectTimeout(configuration.connectTimeout)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    if let tlsContext {
+                        try sync.addHandler(
+                            try self.makeTLSHandler(
+                                tlsContext,
+                                host: url.host,
+                                pin: configuration.tls.pinnedCertificateSHA256
+                            )
+                        )
+                    }
+                    let upgrader = BLIPClientUpgrader(
+                        offered: offered,
+                        usesSeedDialect: configuration.usesSeedDialect,
+                        maximumMessageSize: configuration.maximumMessageSize,
+                        settings: settings,
+                        result: result
+                    )
+                    try sync.addHTTPClientHandlers(
+                        leftOverBytesStrategy: .forwardBytes,
+                        withClientUpgrade: (
+                            upgraders: [upgrader],
+                            completionHandler: { context in
+                                context.pipeline.syncOperations.removeHandler(name: "blip-handshake", promise: nil)
+                            }
+                        )
+                    )
+                    try sync.addHandler(
+                        HandshakeHandler(head: head, offered: offered, result: result),
+                        name: "blip-handshake"
+                    )
+                }
+            }
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.connect(host: url.host, port: url.port).get()
+        } catch {
+            result.fail(error)
+            throw BLIPConnectionError(.transportFailed, "could not connect to \(url): \(error)", underlying: error)
+        }
+        channel.closeFuture.whenComplete { _ in
+            result.fail(BLIPConnectionError(.handshakeFailed, "the connection closed during the WebSocket handshake"))
+        }
+        do {
+            let transport = try await result.futureResult.get()
+            logger.debug(
+                "connected",
+                metadata: ["blip.url": "\(url)", "blip.subprotocol": "\(transport.subprotocol ?? "none")"]
+            )
+            return transport
+        } catch let error as BLIPConnectionError {
+            channel.close(promise: nil)
+            throw error
+        } catch {
+            channel.close(promise: nil)
+            throw BLIPConnectionError(.handshakeFailed, "\(error)", underlying: error)
+        }
+    }
+
+    static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if case .pemFile(let path) = tls.trustRoots {
+            configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(path))
+        }
+        if tls.pinnedCertificateSHA256 != nil {
+            // The pin replaces chain and hostname checks: the certificate is known exactly.
+            configuration.certificateVerification = .noHostnameVerification
+        }
+        return try NIOSSLContext(configuration: configuration)
+    }
+
+    static func makeTLSHandler(_ context: NIOSSLContext, host: String, pin: [UInt8]?) throws -> NIOSSLClientHandler {
+        // SNI takes names only: no IP literals.
+        let isIPAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
+        let serverHostname = isIPAddress ? nil : host
+        guard let pin else { return try NIOSSLClientHandler(context: context, serverHostname: serverHostname) }
+        return try NIOSSLClientHandler(context: context, serverHostname: serverHostname) { certificates, promise in
+            guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
+                promise.succeed(.failed)
+                return
+            }
+            promise.succeed(Array(SHA256.hash(data: der)) == pin ? .certificateVerified : .failed)
+        }
+    }
+}
+
+/// NIO's WebSocket client upgrader checks the key and accept headers; this adds the subprotocol offer
+/// and check, and installs our own frame writing (word-wide masking) instead of NIO's encoder.
+final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
+    private let inner = NIOWebSocketClientUpgrader(upgradePipelineHandler: { channel, _ in
+        channel.eventLoop.makeSucceededVoidFuture()
+    })
+    let offered: [String]
+    let usesSeedDialect: Bool
+    let maximumMessageSize: Int
+    let settings: BLIPWebSocketHandler.Settings
+    let result: EventLoopPromise<BLIPWebSocketTransport>
+
+    init(
+        offered: [String],
+        usesSeedDialect: Bool,
+        maximumMessageSize: Int,
+        settings: BLIPWebSocketHandler.Settings,
+        result: EventLoopPromise<BLIPWebSocketTransport>
+    ) {
+        self.offered = offered
+        self.usesSeedDialect = usesSeedDialect
+        self.maximumMessageSize = maximumMessageSize
+        self.settings = settings
+        self.result = result
+    }
+
+    var supportedProtocol: String { self.inner.supportedProtocol }
+    var requiredUpgradeHeaders: [String] { self.inner.requiredUpgradeHeaders }
+
+    func addCustom(upgradeRequestHeaders: inout HTTPHeaders) {
+        self.inner.addCustom(upgradeRequestHeaders: &upgradeRequestHeaders)
+        if !self.offered.isEmpty {
+            upgradeRequestHeaders.add(name: "Sec-WebSocket-Protocol", value: self.offered.joined(separator: ","))
+        }
+    }
+
+    func shouldAllowUpgrade(upgradeResponse: HTTPResponseHead) -> Bool {
+        guard self.inner.shouldAllowUpgrade(upgradeResponse: upgradeResponse) else { return false }
+        return Self.chosenSubprotocol(upgradeResponse, offered: self.offered) != nil || self.usesSeedDialect
+    }
+
+    /// The subprotocol the server picked, if it is one we offered.
+    static func chosenSubprotocol(_ response: HTTPResponseHead, offered: [String]) -> String? {
+        let chosen = BLIPSubprotocol.parseOffers(response.headers["Sec-WebSocket-Protocol"])
+        guard chosen.count == 1, offered.contains(chosen[0]), BLIPSubprotocol.dialect(for: chosen[0]) != nil else {
+            return nil
+        }
+        return chosen[0]
+    }
+
+    func upgrade(context: ChannelHandlerContext, upgradeResponse: HTTPResponseHead) -> EventLoopFuture<Void> {
+        let channel = context.channel
+        return channel.eventLoop.makeCompletedFuture {
+            let subprotocol = Self.chosenSubprotocol(upgradeResponse, offered: self.offered)
+            let dialect: BLIPDialect =
+                self.usesSeedDialect ? .seed : (subprotocol.flatMap(BLIPSubprotocol.dialect(for:)) ?? .blip3)
+            let handler = BLIPWebSocketHandler(settings: self.settings)
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: self.maximumMessageSize)))
+            try sync.addHandler(
+                NIOWebSocketFrameAggregator(
+                    minNonFinalFragmentSize: 0,
+                    maxAccumulatedFrameCount: 1 << 16,
+                    maxAccumulatedFrameSize: self.maximumMessageSize
+                )
+            )
+            try sync.addHandler(handler)
+            self.result.succeed(
+                BLIPWebSocketTransport(
+                    dialect: dialect,
+                    subprotocol: subprotocol,
+                    handler: handler,
+                    eventLoop: channel.eventLoop
+                )
+            )
+        }
+    }
+}
+
+/// Sends the upgrade request and, if the server does not switch protocols, reports why.
+final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    private let head: HTTPRequestHead
+    private let offered: [String]
+    private let result: EventLoopPromise<BLIPWebSocketTransport>
+    private var sent = false
+    private var response: HTTPResponseHead?
+    private var body = ByteBuffer()
+    private var denied = false
+
+    init(head: HTTPRequestHead, offered: [String], result: EventLoopPromise<BLIPWebSocketTransport>) {
+        self.head = head
+        self.offered = offered
+        self.result = result
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { self.send(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        self.send(context)
+        context.fireChannelActive()
+    }
+
+    private func send(_ context: ChannelHandlerContext) {
+        guard !self.sent else { return }
+        self.sent = true
+        context.write(Self.wrapOutboundOut(.head(self.head)), promise: nil)
+        context.writeAndFlush(Self.wrapOutboundOut(.end(nil)), promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch Self.unwrapInboundIn(data) {
+        case .head(let head):
+            self.response = head
+        case .body(var part):
+            if self.body.readableBytes < 4096 { self.body.writeBuffer(&part) }
+        case .end:
+            let status = self.response?.status ?? .badGateway
+            let text = String(String(buffer: self.body).prefix { $0 != "\n" && $0 != "\r" })
+            let error: BLIPConnectionError
+            if status == .switchingProtocols, let response = self.response,
+                BLIPClientUpgrader.chosenSubprotocol(response, offered: self.offered) == nil
+            {
+                let chosen = response.headers["Sec-WebSocket-Protocol"].joined(separator: ",")
+                error = BLIPConnectionError(
+                    .subprotocolRejected,
+                    chosen.isEmpty
+                        ? "the server accepted none of the subprotocols offered (\(self.offered.joined(separator: ", ")))"
+                        : "the server chose \(chosen), which was not offered"
+                )
+            } else {
+                error = BLIPConnectionError(
+                    .handshakeFailed,
+                    "HTTP \(status.code) \(status.reasonPhrase)\(text.isEmpty ? "" : ": \(text)")"
+                )
+            }
+            self.result.fail(error)
+            context.close(promise: nil)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is NIOHTTPClientUpgradeError {
+            self.denied = true  // the response head follows
+            return
+        }
+        self.result.fail(BLIPConnectionError(.transportFailed, "\(error)", underlying: error))
+        context.close(promise: nil)
+    }
+}

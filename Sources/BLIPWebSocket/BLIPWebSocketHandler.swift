@@ -1,0 +1,442 @@
+internal import BLIP
+internal import Logging
+internal import NIOCore
+internal import NIOWebSocket
+
+/// Carries BLIP frames in WebSocket binary messages, on the channel's event loop: every received message
+/// goes straight to the connection, and frames are pulled from it while the channel is writable, then
+/// flushed once per batch. Answers pings, sends heartbeat pings, and runs the close handshake with the
+/// right codes (1000 normal, 1011 protocol violation, 1003 text message, 1002 WebSocket protocol error,
+/// 1009 too large; never 1005 or 1006).
+///
+/// The client writes its frames itself (header and word-wide masking, straight into the headroom left
+/// before each BLIP frame); the server hands unmasked frames to NIO's encoder, which writes the header
+/// into the same headroom.
+final class BLIPWebSocketHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+
+    enum Role: Sendable {
+        case client
+        case server
+    }
+
+    struct Settings: Sendable {
+        var role: Role
+        var heartbeatInterval: TimeAmount?
+        var heartbeatTimeout: TimeAmount
+        var closeTimeout = TimeAmount.seconds(2)
+        var frameSize: Int
+        var logger: Logger
+    }
+
+    /// Room kept before each BLIP frame for the WebSocket header (at most 14 bytes).
+    static let headroom = 14
+
+    private let settings: Settings
+    private var context: ChannelHandlerContext?
+    private var sink: BLIPTransportSink?
+    /// Frames that arrived before the connection started.
+    private var early: [ByteBuffer] = []
+    private var sentClose = false
+    private var receivedClose = false
+    private var reportedClosed = false
+    private var isPumping = false
+    private var pumpAgain = false
+    private var awaitingPong = false
+    private var heartbeat: RepeatedTask?
+    private var pongDeadline: Scheduled<Void>?
+    private var closeDeadline: Scheduled<Void>?
+    private var maskRandom = MaskKeyGenerator()
+
+    init(settings: Settings) {
+        self.settings = settings
+    }
+
+    // MARK: - Transport operations (on the event loop)
+
+    func start(_ sink: BLIPTransportSink) {
+        self.sink = sink
+        if self.reportedClosed {
+            sink.closed(BLIPConnectionError(.transportFailed, "the connection closed before it started"))
+            return
+        }
+        for frame in self.early { sink.received(frame) }
+        self.early.removeAll()
+        self.pump()
+    }
+
+    func pump() {
+        guard !self.isPumping else {
+            // Called back from inside a flush (the socket drained and turned writable again): the running
+            // pump goes round once more rather than missing the wake-up.
+            self.pumpAgain = true
+            return
+        }
+        guard let context, let sink, !self.sentClose, !self.receivedClose else { return }
+        self.isPumping = true
+        defer { self.isPumping = false }
+        repeat {
+            self.pumpAgain = false
+            var wrote = false
+            while context.channel.isWritable {
+                var buffer = context.channel.allocator.buffer(capacity: self.settings.frameSize + Self.headroom)
+                buffer.writeRepeatingByte(0, count: Self.headroom)
+                buffer.moveReaderIndex(forwardBy: Self.headroom)
+                guard sink.nextFrame(into: &buffer) else { break }
+                self.write(.binary, buffer, context: context)
+                wrote = true
+            }
+            if wrote { context.flush() }
+        } while self.pumpAgain && !self.sentClose && !self.receivedClose
+    }
+
+    func setReading(_ enabled: Bool) {
+        guard let context else { return }
+        context.channel.setOption(ChannelOptions.autoRead, value: enabled).whenComplete { _ in }
+        if enabled { context.read() }
+    }
+
+    /// Starts the close handshake. The connection is reported closed at once: nothing more is read.
+    func close(_ reason: BLIPCloseReason) {
+        let code: WebSocketErrorCode =
+            switch reason.kind {
+            case .normal: .normalClosure
+            case .goingAway: .goingAway
+            case .protocolViolation: .unexpectedServerError
+            }
+        let error: (any Error)? =
+            reason.kind == .protocolViolation
+            ? BLIPConnectionError(.protocolViolation, reason.message) : nil
+        self.startClose(code, reason: reason.message, error: error)
+    }
+
+    // MARK: - Channel events
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { self.startHeartbeat(context: context) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.stopTimers()
+        self.context = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = Self.unwrapInboundIn(data)
+        guard frame.reservedBits.isEmpty else {
+            return self.failProtocol(.protocolError, "reserved bits set")
+        }
+        // Clients mask every frame, servers none (RFC 6455 5.1). Fragmented messages come unmasked from the
+        // aggregator, which has checked and removed the masks.
+        if frame.fin && frame.opcode == .binary || frame.opcode.isControlOpcode {
+            let masked = frame.maskKey != nil
+            if self.settings.role == .server && !masked && frame.opcode != .binary {
+                return self.failProtocol(.protocolError, "unmasked frame from a client")
+            }
+            if self.settings.role == .client && masked {
+                return self.failProtocol(.protocolError, "masked frame from a server")
+            }
+        }
+        switch frame.opcode {
+        case .binary:
+            guard !self.receivedClose && !self.sentClose else { return }
+            var payload = frame.data
+            if let key = frame.maskKey {
+                payload.webSocketMaskWordWide((key[0], key[1], key[2], key[3]))
+            }
+            if let sink {
+                sink.received(payload)
+            } else {
+                self.early.append(payload)
+            }
+        case .text:
+            self.startClose(
+                .unacceptableData,
+                reason: "text messages are not BLIP frames",
+                error: BLIPConnectionError(.protocolViolation, "the peer sent a text WebSocket message")
+            )
+        case .ping:
+            guard !self.sentClose else { return }
+            self.write(.pong, frame.unmaskedData, context: context)
+            context.flush()
+        case .pong:
+            self.awaitingPong = false
+            self.pongDeadline?.cancel()
+            self.pongDeadline = nil
+        case .connectionClose:
+            self.receivedClose(frame)
+        default:
+            self.failProtocol(.protocolError, "unexpected opcode \(frame.opcode)")
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // Replies and ACKs that the reads produced go out in one flush.
+        self.pump()
+        context.fireChannelReadComplete()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { self.pump() }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.stopTimers()
+        if !self.sentClose && !self.receivedClose {
+            // TCP reset, EOF without a close frame, EOF mid-frame: the peer vanished (1006, never sent).
+            self.reportClosed(BLIPConnectionError(.transportFailed, "the connection was lost"))
+        } else {
+            self.reportClosed(nil)
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        switch error {
+        case let error as NIOWebSocketError:
+            self.failProtocol(error == .invalidFrameLength ? .messageTooLarge : .protocolError, "\(error)")
+        case let error as NIOWebSocketFrameAggregator.Error:
+            self.failProtocol(error == .accumulatedFrameSizeIsTooLarge ? .messageTooLarge : .protocolError, "\(error)")
+        default:
+            self.settings.logger.debug("transport error", metadata: ["blip.error": "\(error)"])
+            self.reportClosed(BLIPConnectionError(.transportFailed, "\(error)", underlying: error))
+            context.close(promise: nil)
+        }
+    }
+
+    // MARK: - Closing
+
+    private func receivedClose(_ frame: WebSocketFrame) {
+        guard !self.receivedClose else { return }  // a second close frame is tolerated
+        self.receivedClose = true
+        var data = frame.unmaskedData
+        var code = WebSocketErrorCode.normalClosure
+        var reason = ""
+        if data.readableBytes == 1 {
+            return self.failProtocol(.protocolError, "one-byte close payload")
+        } else if let received = data.readWebSocketErrorCode() {
+            guard Self.isValidCloseCode(received) else {
+                return self.failProtocol(.protocolError, "invalid close code \(UInt16(webSocketErrorCode: received))")
+            }
+            code = received
+            guard let text = String(validating: data.readableBytesView, as: UTF8.self) else {
+                return self.failProtocol(.dataInconsistentWithMessage, "close reason is not UTF-8")
+            }
+            reason = text
+        }
+        let number = UInt16(webSocketErrorCode: code)
+        let error: (any Error)? =
+            number == 1000 || number == 1001
+            ? nil
+            : BLIPConnectionError(
+                number == 1011 ? .protocolViolation : .connectionClosed,
+                "the peer closed with code \(number)\(reason.isEmpty ? "" : ": \(reason)")"
+            )
+        if !self.sentClose, let context {
+            // Answer with the same code, then end the connection.
+            self.sentClose = true
+            var payload = context.channel.allocator.buffer(capacity: 2)
+            payload.write(webSocketErrorCode: code)
+            self.write(.connectionClose, payload, context: context)
+            context.flush()
+        }
+        self.reportClosed(error)
+        self.finishClose()
+    }
+
+    private func startClose(_ code: WebSocketErrorCode, reason: String, error: (any Error)?) {
+        guard !self.sentClose, let context else {
+            self.reportClosed(error)
+            return
+        }
+        self.sentClose = true
+        var payload = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
+        payload.write(webSocketErrorCode: code)
+        payload.writeString(String(reason.utf8.prefix(123)) ?? "")  // control frames carry at most 125 bytes
+        self.write(.connectionClose, payload, context: context)
+        context.flush()
+        self.reportClosed(error)
+        if self.receivedClose {
+            self.finishClose()
+        } else {
+            // Wait a little for the peer's close frame, then close regardless.
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            self.closeDeadline = context.eventLoop.scheduleTask(in: self.settings.closeTimeout) {
+                loopBound.value.close(promise: nil)
+            }
+        }
+    }
+
+    /// Both close frames have crossed: the server closes TCP now; the client gives the server a moment.
+    private func finishClose() {
+        guard let context else { return }
+        self.stopTimers()
+        switch self.settings.role {
+        case .server:
+            context.close(promise: nil)
+        case .client:
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            self.closeDeadline = context.eventLoop.scheduleTask(in: self.settings.closeTimeout) {
+                loopBound.value.close(promise: nil)
+            }
+        }
+    }
+
+    private func failProtocol(_ code: WebSocketErrorCode, _ message: String) {
+        self.settings.logger.debug("WebSocket protocol error", metadata: ["blip.error": "\(message)"])
+        self.startClose(code, reason: message, error: BLIPConnectionError(.protocolViolation, message))
+    }
+
+    private func reportClosed(_ error: (any Error)?) {
+        guard !self.reportedClosed else { return }
+        self.reportedClosed = true
+        self.sink?.closed(error)
+    }
+
+    /// Close codes a peer may send (RFC 6455 7.4): 1000-1003, 1007-1011 and 3000-4999.
+    static func isValidCloseCode(_ code: WebSocketErrorCode) -> Bool {
+        let number = UInt16(webSocketErrorCode: code)
+        return (1000...1003).contains(number) || (1007...1011).contains(number) || (3000...4999).contains(number)
+    }
+
+    // MARK: - Heartbeat
+
+    private func startHeartbeat(context: ChannelHandlerContext) {
+        guard let interval = self.settings.heartbeatInterval, interval > .zero, self.heartbeat == nil else { return }
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        self.heartbeat = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
+            loopBound.value.sendPing()
+        }
+    }
+
+    private func sendPing() {
+        guard let context, !self.sentClose, !self.receivedClose, !self.awaitingPong else { return }
+        self.awaitingPong = true
+        self.write(.ping, context.channel.allocator.buffer(string: "blip"), context: context)
+        context.flush()
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        self.pongDeadline = context.eventLoop.scheduleTask(in: self.settings.heartbeatTimeout) {
+            loopBound.value.heartbeatTimedOut()
+        }
+    }
+
+    private func heartbeatTimedOut() {
+        guard self.awaitingPong, let context else { return }
+        self.settings.logger.debug("no pong in time: closing")
+        self.startClose(
+            .goingAway,
+            reason: "no pong",
+            error: BLIPConnectionError(.heartbeatTimedOut, "no pong within \(self.settings.heartbeatTimeout)")
+        )
+        context.close(promise: nil)
+    }
+
+    private func stopTimers() {
+        self.heartbeat?.cancel()
+        self.heartbeat = nil
+        self.pongDeadline?.cancel()
+        self.pongDeadline = nil
+        self.closeDeadline?.cancel()
+        self.closeDeadline = nil
+    }
+
+    // MARK: - Writing
+
+    /// Writes one WebSocket frame holding the readable bytes of `payload` (not flushed).
+    private func write(_ opcode: WebSocketOpcode, _ payload: ByteBuffer, context: ChannelHandlerContext) {
+        switch self.settings.role {
+        case .server:
+            let frame = WebSocketFrame(fin: true, opcode: opcode, data: payload)
+            context.write(NIOAny(frame), promise: nil)
+        case .client:
+            context.write(NIOAny(self.maskedFrame(opcode, payload, allocator: context.channel.allocator)), promise: nil)
+        }
+    }
+
+    /// A client frame: header and mask key in the headroom before the payload when there is room (there
+    /// always is for BLIP frames), payload masked eight bytes at a time.
+    private func maskedFrame(_ opcode: WebSocketOpcode, _ payload: ByteBuffer, allocator: ByteBufferAllocator)
+        -> ByteBuffer
+    {
+        var payload = payload
+        let length = payload.readableBytes
+        let extendedLength = length < 126 ? 0 : length <= 0xFFFF ? 2 : 8
+        let headerLength = 2 + extendedLength + 4
+        let key = self.maskRandom.next()
+        payload.webSocketMaskWordWide(key)
+        var frame: ByteBuffer
+        if payload.readerIndex >= headerLength {
+            frame = payload
+            frame.moveReaderIndex(to: payload.readerIndex - headerLength)
+            frame.setHeader(opcode: opcode, length: length, extendedLength: extendedLength, key: key)
+        } else {
+            frame = allocator.buffer(capacity: headerLength + length)
+            frame.writeRepeatingByte(0, count: headerLength)
+            frame.setHeader(opcode: opcode, length: length, extendedLength: extendedLength, key: key)
+            frame.writeBuffer(&payload)
+        }
+        return frame
+    }
+}
+
+extension ByteBuffer {
+    /// Writes a masked, final frame's header at the reader index.
+    fileprivate mutating func setHeader(
+        opcode: WebSocketOpcode,
+        length: Int,
+        extendedLength: Int,
+        key: (UInt8, UInt8, UInt8, UInt8)
+    ) {
+        var index = self.readerIndex
+        self.setInteger(0x80 | opcode.networkRepresentation, at: index)
+        index += 1
+        switch extendedLength {
+        case 0:
+            self.setInteger(0x80 | UInt8(length), at: index)
+            index += 1
+        case 2:
+            self.setInteger(UInt8(0x80 | 126), at: index)
+            self.setInteger(UInt16(length), at: index + 1)
+            index += 3
+        default:
+            self.setInteger(UInt8(0x80 | 127), at: index)
+            self.setInteger(UInt64(length), at: index + 1)
+            index += 9
+        }
+        self.setMultipleIntegers(key.0, key.1, key.2, key.3, at: index)
+    }
+}
+
+/// Masking keys from a fast generator seeded once from the system: a key per frame without a system call
+/// per frame.
+struct MaskKeyGenerator {
+    private var state = UInt64.random(in: 1...UInt64.max)
+
+    mutating func next() -> (UInt8, UInt8, UInt8, UInt8) {
+        self.state ^= self.state >> 12
+        self.state ^= self.state << 25
+        self.state ^= self.state >> 27
+        let value = UInt32(truncatingIfNeeded: (self.state &* 2_685_821_657_736_338_717) >> 32)
+        return (
+            UInt8(truncatingIfNeeded: value), UInt8(truncatingIfNeeded: value >> 8),
+            UInt8(truncatingIfNeeded: value >> 16), UInt8(truncatingIfNeeded: value >> 24)
+        )
+    }
+}
+
+extension WebSocketOpcode {
+    /// The 4-bit wire value.
+    var networkRepresentation: UInt8 {
+        switch self {
+        case .continuation: 0x0
+        case .text: 0x1
+        case .binary: 0x2
+        case .connectionClose: 0x8
+        case .ping: 0x9
+        case .pong: 0xA
+        default: 0x2
+        }
+    }
+}

@@ -1,0 +1,327 @@
+public import BLIP
+internal import BLIPWire
+public import Logging
+public import NIOCore
+internal import NIOHTTP1
+public import NIOPosix
+internal import NIOSSL
+internal import NIOWebSocket
+internal import Synchronization
+
+/// Accepts BLIP connections over WebSocket.
+///
+/// ```swift
+/// let server = try await BLIPWebSocketServer.bind(configuration: .init(), router: router)
+/// print("listening on port \(server.port)")
+/// try await server.run()        // until shutdown()
+/// ```
+public final class BLIPWebSocketServer: Sendable {
+    public struct Configuration: Sendable {
+        public var host = "127.0.0.1"
+        /// 0 picks a free port.
+        public var port = 4985
+        /// The request path served; nil serves any path.
+        public var path: String?
+        /// Subprotocols spoken. The server picks the first of the client's offers that it speaks (the
+        /// client's preference wins, as in go-blip).
+        public var subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2", BLIPSubprotocol.blip2]
+        /// Clients that offer no subprotocol speak the seed dialect (otherwise they are refused).
+        public var acceptsSeedDialect = false
+        public var tls: TLS?
+        public var heartbeatInterval: TimeAmount? = .seconds(300)
+        public var heartbeatTimeout = TimeAmount.seconds(30)
+        /// The largest WebSocket message accepted (fragments reassembled).
+        public var maximumMessageSize = 1 << 20
+        public var connection = BLIPConnection.Configuration()
+
+        public init() {}
+    }
+
+    /// The server's certificate chain and private key, as PEM files.
+    public struct TLS: Sendable, Hashable {
+        public var certificateChainPath: String
+        public var privateKeyPath: String
+
+        public init(certificateChainPath: String, privateKeyPath: String) {
+            self.certificateChainPath = certificateChainPath
+            self.privateKeyPath = privateKeyPath
+        }
+    }
+
+    /// A connection the server accepted, for logging.
+    public struct AcceptedConnection: Sendable {
+        public var connection: BLIPConnection
+        public var remoteAddress: String
+        public var subprotocol: String?
+        public var path: String
+    }
+
+    public let configuration: Configuration
+    let channel: any Channel
+    let logger: Logger
+    private let accepted: AsyncStream<AcceptedConnection>
+    private let acceptedContinuation: AsyncStream<AcceptedConnection>.Continuation
+    private let open = Mutex<Set<BLIPConnection>>([])
+
+    /// The port the server listens on.
+    public var port: Int { self.channel.localAddress?.port ?? self.configuration.port }
+
+    private init(
+        configuration: Configuration,
+        channel: any Channel,
+        logger: Logger,
+        accepted: (AsyncStream<AcceptedConnection>, AsyncStream<AcceptedConnection>.Continuation)
+    ) {
+        self.configuration = configuration
+        self.channel = channel
+        self.logger = logger
+        (self.accepted, self.acceptedContinuation) = accepted
+    }
+
+    /// Starts listening. Connections are served once ``run(onConnection:)`` runs.
+    public static func bind(
+        configuration: Configuration = Configuration(),
+        router: BLIPRouter = BLIPRouter(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "blip.websocket.server")
+    ) async throws -> BLIPWebSocketServer {
+        let tlsContext = try configuration.tls.map { tls in
+            let chain = try NIOSSLCertificate.fromPEMFile(tls.certificateChainPath).map {
+                NIOSSLCertificateSource.certificate($0)
+            }
+            let key = try NIOSSLPrivateKey(file: tls.privateKeyPath, format: .pem)
+            return try NIOSSLContext(
+                configuration: .makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+            )
+        }
+        let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
+        let policy = UpgradePolicy(configuration: configuration)
+        let settings = BLIPWebSocketHandler.Settings(
+            role: .server,
+            heartbeatInterval: configuration.heartbeatInterval,
+            heartbeatTimeout: configuration.heartbeatTimeout,
+            frameSize: configuration.connection.frameSize,
+            logger: logger
+        )
+        let channel = try await ServerBootstrap(group: eventLoopGroup)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try Self.initialize(
+                        channel,
+                        policy: policy,
+                        tlsContext: tlsContext,
+                        settings: settings,
+                        router: router,
+                        configuration: configuration,
+                        accepted: accepted.continuation
+                    )
+                }
+            }
+            .bind(host: configuration.host, port: configuration.port)
+            .get()
+        let server = BLIPWebSocketServer(
+            configuration: configuration,
+            channel: channel,
+            logger: logger,
+            accepted: accepted
+        )
+        logger.info("listening", metadata: ["blip.address": "\(channel.localAddress.map { "\($0)" } ?? "?")"])
+        return server
+    }
+
+    /// Serves connections until ``shutdown()``: each connection's handlers run here.
+    public func run(onConnection: (@Sendable (AcceptedConnection) -> Void)? = nil) async {
+        await withDiscardingTaskGroup { group in
+            for await accepted in self.accepted {
+                let connection = accepted.connection
+                self.open.withLock { _ = $0.insert(connection) }
+                onConnection?(accepted)
+                group.addTask {
+                    await connection.run()
+                    _ = self.open.withLock { $0.remove(connection) }
+                }
+            }
+        }
+    }
+
+    /// Stops accepting, closes every connection normally (1000), and lets ``run(onConnection:)`` return.
+    public func shutdown() async {
+        try? await self.channel.close()
+        self.acceptedContinuation.finish()
+        let connections = self.open.withLock { Array($0) }
+        await withDiscardingTaskGroup { group in
+            for connection in connections {
+                group.addTask { await connection.close() }
+            }
+        }
+    }
+
+    /// Connections open now.
+    public var openConnectionCount: Int { self.open.withLock { $0.count } }
+
+    private static func initialize(
+        _ channel: any Channel,
+        policy: UpgradePolicy,
+        tlsContext: NIOSSLContext?,
+        settings: BLIPWebSocketHandler.Settings,
+        router: BLIPRouter,
+        configuration: Configuration,
+        accepted: AsyncStream<AcceptedConnection>.Continuation
+    ) throws {
+        let sync = channel.pipeline.syncOperations
+        if let tlsContext { try sync.addHandler(NIOSSLServerHandler(context: tlsContext)) }
+        let upgrader = NIOWebSocketServerUpgrader(
+            maxFrameSize: configuration.maximumMessageSize,
+            automaticErrorHandling: false,
+            shouldUpgrade: { channel, head in
+                guard case .accept(let subprotocol, _) = policy.decide(head) else {
+                    return channel.eventLoop.makeSucceededFuture(nil)
+                }
+                var headers = HTTPHeaders()
+                if let subprotocol { headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol) }
+                return channel.eventLoop.makeSucceededFuture(headers)
+            },
+            upgradePipelineHandler: { channel, head in
+                channel.eventLoop.makeCompletedFuture {
+                    guard case .accept(let subprotocol, let dialect) = policy.decide(head) else {
+                        throw BLIPConnectionError(.handshakeFailed, "upgrade no longer acceptable")
+                    }
+                    let handler = BLIPWebSocketHandler(settings: settings)
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(
+                        NIOWebSocketFrameAggregator(
+                            minNonFinalFragmentSize: 0,
+                            maxAccumulatedFrameCount: 1 << 16,
+                            maxAccumulatedFrameSize: configuration.maximumMessageSize
+                        )
+                    )
+                    try sync.addHandler(handler)
+                    let transport = BLIPWebSocketTransport(
+                        dialect: dialect,
+                        subprotocol: subprotocol,
+                        handler: handler,
+                        eventLoop: channel.eventLoop
+                    )
+                    var logger = settings.logger
+                    logger[metadataKey: "blip.remote"] = "\(channel.remoteAddress.map { "\($0)" } ?? "?")"
+                    let connection = BLIPConnection(
+                        transport: transport,
+                        configuration: configuration.connection,
+                        router: router,
+                        logger: logger
+                    )
+                    accepted.yield(
+                        AcceptedConnection(
+                            connection: connection,
+                            remoteAddress: channel.remoteAddress.map { "\($0)" } ?? "?",
+                            subprotocol: subprotocol,
+                            path: head.uri
+                        )
+                    )
+                }
+            }
+        )
+        try sync.configureHTTPServerPipeline(
+            withServerUpgrade: (
+                upgraders: [upgrader],
+                completionHandler: { context in
+                    context.pipeline.syncOperations.removeHandler(name: "blip-refusal", promise: nil)
+                }
+            ),
+            withErrorHandling: true
+        )
+        try sync.addHandler(RefusalHandler(policy: policy), name: "blip-refusal")
+    }
+}
+
+/// Whether to upgrade a request, and to what.
+struct UpgradePolicy: Sendable {
+    enum Decision {
+        case accept(subprotocol: String?, dialect: BLIPDialect)
+        case refuse(HTTPResponseStatus, String)
+    }
+
+    let path: String?
+    let subprotocols: [String]
+    let acceptsSeedDialect: Bool
+
+    init(configuration: BLIPWebSocketServer.Configuration) {
+        self.path = configuration.path
+        self.subprotocols = configuration.subprotocols
+        self.acceptsSeedDialect = configuration.acceptsSeedDialect
+    }
+
+    func decide(_ head: HTTPRequestHead) -> Decision {
+        guard head.method == .GET else { return .refuse(.methodNotAllowed, "GET required") }
+        let requestPath = String(head.uri.prefix { $0 != "?" })
+        if let path, requestPath != path {
+            return .refuse(.notFound, "no BLIP endpoint at \(requestPath)")
+        }
+        let offered = BLIPSubprotocol.parseOffers(head.headers["Sec-WebSocket-Protocol"])
+        if offered.isEmpty && self.acceptsSeedDialect {
+            return .accept(subprotocol: nil, dialect: .seed)
+        }
+        if let chosen = BLIPSubprotocol.choose(offered: offered, supported: self.subprotocols),
+            let dialect = BLIPSubprotocol.dialect(for: chosen)
+        {
+            return .accept(subprotocol: chosen, dialect: dialect)
+        }
+        // go-blip's refusal: HTTP 500 naming what it speaks.
+        return .refuse(.internalServerError, "I only speak \(self.subprotocols.joined(separator: ", ")) protocols")
+    }
+}
+
+/// Answers every request that was not upgraded: the policy's refusal, or 426 for plain HTTP.
+final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let policy: UpgradePolicy
+    private var head: HTTPRequestHead?
+
+    init(policy: UpgradePolicy) {
+        self.policy = policy
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch Self.unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+        case .body:
+            break
+        case .end:
+            guard let head = self.head else { return }
+            self.head = nil
+            var status = HTTPResponseStatus.upgradeRequired
+            var text = "this is a BLIP WebSocket endpoint"
+            var headers = HTTPHeaders()
+            let isUpgrade = head.headers["Upgrade"].contains { $0.lowercased().contains("websocket") }
+            if isUpgrade, case .refuse(let refusal, let message) = self.policy.decide(head) {
+                status = refusal
+                text = message
+            } else {
+                headers.add(name: "Sec-WebSocket-Version", value: "13")
+            }
+            let body = context.channel.allocator.buffer(string: text + "\n")
+            headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+            headers.add(name: "Content-Length", value: String(body.readableBytes))
+            headers.add(name: "Connection", value: "close")
+            context.write(
+                Self.wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+                promise: nil
+            )
+            context.write(Self.wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            context.writeAndFlush(Self.wrapOutboundOut(.end(nil))).whenComplete { _ in
+                loopBound.value.close(promise: nil)
+            }
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is NIOWebSocketUpgradeError { return }  // a refusal: the request itself follows
+        context.close(promise: nil)
+    }
+}

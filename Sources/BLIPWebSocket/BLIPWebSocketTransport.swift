@@ -1,0 +1,59 @@
+public import BLIP
+public import BLIPWire
+internal import NIOCore
+internal import Synchronization
+
+/// A ``BLIPTransport`` over an upgraded WebSocket channel. Every call hops to the channel's event loop
+/// (or runs at once when already on it), where ``BLIPWebSocketHandler`` does the work.
+public final class BLIPWebSocketTransport: BLIPTransport {
+    public let dialect: BLIPDialect
+    /// The negotiated subprotocol, if any (none in the seed dialect).
+    public let subprotocol: String?
+    let eventLoop: any EventLoop
+    let handler: NIOLoopBound<BLIPWebSocketHandler>
+    /// Coalesces writer wake-ups from other threads into one hop.
+    private let wakeScheduled = Atomic<Bool>(false)
+
+    init(dialect: BLIPDialect, subprotocol: String?, handler: BLIPWebSocketHandler, eventLoop: any EventLoop) {
+        self.dialect = dialect
+        self.subprotocol = subprotocol
+        self.eventLoop = eventLoop
+        self.handler = NIOLoopBound(handler, eventLoop: eventLoop)
+    }
+
+    public func start(_ sink: BLIPTransportSink) {
+        self.onLoop { $0.start(sink) }
+    }
+
+    public func wakeWriter() {
+        if self.eventLoop.inEventLoop {
+            self.handler.value.pump()
+            return
+        }
+        guard !self.wakeScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        self.eventLoop.execute {
+            self.wakeScheduled.store(false, ordering: .releasing)
+            self.handler.value.pump()
+        }
+    }
+
+    public func pauseReading() {
+        self.onLoop { $0.setReading(false) }
+    }
+
+    public func resumeReading() {
+        self.onLoop { $0.setReading(true) }
+    }
+
+    public func close(_ reason: BLIPCloseReason) {
+        self.onLoop { $0.close(reason) }
+    }
+
+    private func onLoop(_ body: @escaping @Sendable (BLIPWebSocketHandler) -> Void) {
+        if self.eventLoop.inEventLoop {
+            body(self.handler.value)
+        } else {
+            self.eventLoop.execute { body(self.handler.value) }
+        }
+    }
+}

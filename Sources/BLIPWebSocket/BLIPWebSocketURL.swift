@@ -1,0 +1,66 @@
+/// A `ws://` or `wss://` URL, split into what the connection needs.
+public struct BLIPWebSocketURL: Hashable, Sendable, CustomStringConvertible {
+    public var isSecure: Bool
+    public var host: String
+    public var port: Int
+    /// The request target: path and query (at least "/").
+    public var target: String
+
+    public init(isSecure: Bool, host: String, port: Int? = nil, target: String = "/") {
+        self.isSecure = isSecure
+        self.host = host
+        self.port = port ?? (isSecure ? 443 : 80)
+        self.target = target.isEmpty ? "/" : target
+    }
+
+    /// Parses `ws://host[:port][/path][?query]` or `wss://...`; IPv6 hosts go in brackets.
+    public init?(_ string: String) {
+        let secure: Bool
+        var rest: Substring
+        if string.lowercased().hasPrefix("wss://") {
+            secure = true
+            rest = string.dropFirst(6)
+        } else if string.lowercased().hasPrefix("ws://") {
+            secure = false
+            rest = string.dropFirst(5)
+        } else {
+            return nil
+        }
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
+        var authority = rest[..<authorityEnd]
+        rest = rest[authorityEnd...]
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }  // no userinfo
+        var host: Substring
+        var port: Int?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { return nil }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if after.hasPrefix(":") {
+                guard let value = Int(after.dropFirst()) else { return nil }
+                port = value
+            } else if !after.isEmpty {
+                return nil
+            }
+        } else if let colon = authority.lastIndex(of: ":") {
+            host = authority[..<colon]
+            guard let value = Int(authority[authority.index(after: colon)...]) else { return nil }
+            port = value
+        } else {
+            host = authority
+        }
+        guard !host.isEmpty, (port ?? 1) > 0, (port ?? 1) < 65_536 else { return nil }
+        let target = rest.hasPrefix("?") ? "/" + rest : String(rest)
+        self.init(isSecure: secure, host: String(host), port: port, target: target)
+    }
+
+    /// The `Host` header: the host, with the port unless it is the scheme's default.
+    public var hostHeader: String {
+        let host = self.host.contains(":") ? "[\(self.host)]" : self.host
+        return self.port == (self.isSecure ? 443 : 80) ? host : "\(host):\(self.port)"
+    }
+
+    public var description: String {
+        "\(self.isSecure ? "wss" : "ws")://\(self.hostHeader)\(self.target)"
+    }
+}

@@ -1,0 +1,208 @@
+import BLIP
+import BLIPWebSocket
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
+import Testing
+
+/// A plain NIO WebSocket client driven frame by frame, to talk to our server the way other software (or a
+/// broken peer) would.
+struct RawWebSocketClient {
+    enum Upgrade: Sendable {
+        case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, subprotocol: String?)
+        case refused
+    }
+
+    let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
+    let subprotocol: String?
+
+    static func connect(port: Int, path: String = "/", subprotocols: [String]) async throws -> RawWebSocketClient {
+        let upgrade = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: "127.0.0.1", port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(
+                        maxFrameSize: 1 << 24,
+                        upgradePipelineHandler: { channel, response in
+                            channel.eventLoop.makeCompletedFuture {
+                                let asyncChannel = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                                    wrappingChannelSynchronously: channel
+                                )
+                                return .websocket(
+                                    asyncChannel,
+                                    subprotocol: response.headers.first(name: "Sec-WebSocket-Protocol")
+                                )
+                            }
+                        }
+                    )
+                    var headers = HTTPHeaders()
+                    headers.add(name: "Host", value: "127.0.0.1:\(port)")
+                    if !subprotocols.isEmpty {
+                        headers.add(name: "Sec-WebSocket-Protocol", value: subprotocols.joined(separator: ", "))
+                    }
+                    let configuration = NIOTypedHTTPClientUpgradeConfiguration<Upgrade>(
+                        upgradeRequestHead: HTTPRequestHead(
+                            version: .http1_1,
+                            method: .GET,
+                            uri: path,
+                            headers: headers
+                        ),
+                        upgraders: [upgrader],
+                        notUpgradingCompletionHandler: { channel in channel.eventLoop.makeSucceededFuture(.refused) }
+                    )
+                    var pipeline = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: configuration)
+                    pipeline.leftOverBytesStrategy = .forwardBytes
+                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
+                        configuration: pipeline
+                    )
+                }
+            }
+        guard case .websocket(let channel, let subprotocol) = try await upgrade.get() else {
+            throw BLIPConnectionError(.handshakeFailed, "refused")
+        }
+        return RawWebSocketClient(channel: channel, subprotocol: subprotocol)
+    }
+
+    /// A masked frame, as clients send.
+    static func frame(_ opcode: WebSocketOpcode, _ data: ByteBuffer, fin: Bool = true) -> WebSocketFrame {
+        WebSocketFrame(fin: fin, opcode: opcode, maskKey: .random(), data: data)
+    }
+}
+
+/// A plain NIO WebSocket server, to act as a misbehaving or observing peer for our client.
+final class RawWebSocketServer: Sendable {
+    let channel: NIOAsyncChannel<EventLoopFuture<NIOAsyncChannel<WebSocketFrame, WebSocketFrame>>, Never>
+
+    /// `subprotocol(offered)` returns what to answer in `Sec-WebSocket-Protocol`, or nil for nothing.
+    init(subprotocol: @escaping @Sendable ([String]) -> String?) async throws {
+        self.channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let upgrader = NIOTypedWebSocketServerUpgrader<NIOAsyncChannel<WebSocketFrame, WebSocketFrame>>(
+                        maxFrameSize: 1 << 24,
+                        shouldUpgrade: { channel, head in
+                            var headers = HTTPHeaders()
+                            let offered = BLIPSubprotocol.parseOffers(head.headers["Sec-WebSocket-Protocol"])
+                            if let answer = subprotocol(offered) {
+                                headers.add(name: "Sec-WebSocket-Protocol", value: answer)
+                            }
+                            return channel.eventLoop.makeSucceededFuture(headers)
+                        },
+                        upgradePipelineHandler: { channel, _ in
+                            channel.eventLoop.makeCompletedFuture {
+                                try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                                    wrappingChannelSynchronously: channel
+                                )
+                            }
+                        }
+                    )
+                    let configuration = NIOTypedHTTPServerUpgradeConfiguration(
+                        upgraders: [upgrader],
+                        notUpgradingCompletionHandler: { channel in
+                            channel.close().flatMapThrowing {
+                                throw BLIPConnectionError(.handshakeFailed, "not upgraded")
+                            }
+                        }
+                    )
+                    return try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(
+                        configuration: NIOUpgradableHTTPServerPipelineConfiguration(upgradeConfiguration: configuration)
+                    )
+                }
+            }
+    }
+
+    var port: Int { self.channel.channel.localAddress!.port! }
+
+    /// The first accepted WebSocket connection.
+    func accept() async throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame> {
+        for try await upgraded in self.channel.inbound {
+            return try await upgraded.get()
+        }
+        throw BLIPConnectionError(.connectionClosed, "server closed")
+    }
+
+    func close() async {
+        try? await self.channel.channel.close()
+    }
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1 made with the openssl command at test time.
+struct TestCertificate {
+    let directory: URL
+    var certificatePath: String { self.directory.appendingPathComponent("cert.pem").path }
+    var keyPath: String { self.directory.appendingPathComponent("key.pem").path }
+
+    static var isAvailable: Bool {
+        FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")
+    }
+
+    static func make() throws -> TestCertificate {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blip-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", directory.appendingPathComponent("key.pem").path,
+            "-out", directory.appendingPathComponent("cert.pem").path,
+            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw BLIPConnectionError(.handshakeFailed, "openssl failed") }
+        return TestCertificate(directory: directory)
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(at: self.directory)
+    }
+}
+
+/// Runs a server on a free loopback port for the duration of `body`.
+func withServer<T: Sendable>(
+    _ configuration: BLIPWebSocketServer.Configuration = BLIPWebSocketServer.Configuration(),
+    router: BLIPRouter = standardRouter(),
+    _ body: @Sendable (BLIPWebSocketServer) async throws -> T
+) async throws -> T {
+    var configuration = configuration
+    configuration.port = 0
+    let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+    async let serving: Void = server.run()
+    do {
+        let result = try await body(server)
+        await server.shutdown()
+        await serving
+        return result
+    } catch {
+        await server.shutdown()
+        await serving
+        throw error
+    }
+}
+
+/// The standard test profiles of performance.md: echo, sink, error.
+func standardRouter() -> BLIPRouter {
+    var router = BLIPRouter()
+    router.register(profile: "echo") { request, _ in
+        BLIPResponse(properties: request.properties, body: request.body, compressed: request.isCompressed)
+    }
+    router.register(profile: "sink") { request, _ in
+        BLIPResponse(properties: ["Count": "\(request.body.readableBytes)"], text: "\(request.body.readableBytes)")
+    }
+    router.register(profile: "error") { request, _ in
+        throw BLIPError(
+            domain: BLIPError.Domain(rawValue: request.properties["Want-Error-Domain"] ?? "HTTP"),
+            code: BLIPError.Code(rawValue: Int32(request.properties["Want-Error-Code"] ?? "409") ?? 409),
+            message: request.properties["Want-Error-Message"] ?? "conflict"
+        )
+    }
+    return router
+}
+
+func pattern(_ count: Int) -> ByteBuffer {
+    let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8)
+    return ByteBuffer(bytes: (0..<count).map { alphabet[$0 % alphabet.count] })
+}
