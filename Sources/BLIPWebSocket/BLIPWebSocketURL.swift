@@ -29,7 +29,8 @@ public struct BLIPWebSocketURL: Hashable, Sendable, CustomStringConvertible {
         let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
         var authority = rest[..<authorityEnd]
         rest = rest[authorityEnd...]
-        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }  // no userinfo
+        // Userinfo is dropped: credentials go in headers.
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
         var host: Substring
         var port: Int?
         if authority.hasPrefix("[") {
