@@ -66,7 +66,7 @@ let package = Package(
         ),
         .target(
             name: "BLIPWebSocket",
-            dependencies: ["BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging],
+            dependencies: ["BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging, deque],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -33,6 +33,9 @@ public struct BLIPConnection: Sendable, Hashable {
     /// The wire dialect in use.
     public var dialect: BLIPDialect { self.core.transport.dialect }
 
+    /// What has crossed the wire so far.
+    public var statistics: BLIPConnectionStatistics { self.core.statistics }
+
     /// Whether the connection has closed.
     public var isClosed: Bool { self.core.isClosed }
 

@@ -25,10 +25,15 @@ public enum BLIPWebSocketClient {
         public var heartbeatTimeout = TimeAmount.seconds(30)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
+        /// Write every frame to a new folder `connection-NNN` under this one (see ``BLIPFrameCapture``).
+        public var captureDirectory: String?
         public var connection = BLIPConnection.Configuration()
 
         public init() {}
     }
+
+    /// Numbers capture folders across the process's client connections.
+    static let captureCounter = CaptureCounter()
 
     /// How `wss://` connections check the server.
     public struct TLS: Sendable {
@@ -60,13 +65,20 @@ public enum BLIPWebSocketClient {
             eventLoopGroup: eventLoopGroup,
             logger: logger
         )
-        return try await withBLIPConnection(
-            over: transport,
-            configuration: configuration.connection,
-            router: router,
-            logger: logger,
-            body
-        )
+        do {
+            let result = try await withBLIPConnection(
+                over: transport,
+                configuration: configuration.connection,
+                router: router,
+                logger: logger,
+                body
+            )
+            try? await transport.closeFuture.get()  // the close handshake is over, captures are written
+            return result
+        } catch {
+            try? await transport.closeFuture.get()
+            throw error
+        }
     }
 
     /// Performs the WebSocket handshake and returns the transport, for a ``BLIPConnection`` that the caller
@@ -76,6 +88,23 @@ public enum BLIPWebSocketClient {
         configuration: Configuration = Configuration(),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "blip.websocket.client")
+    ) async throws -> BLIPWebSocketTransport {
+        try await self.handshake(
+            to: urlString,
+            configuration: configuration,
+            raw: false,
+            eventLoopGroup: eventLoopGroup,
+            logger: logger
+        )
+    }
+
+    /// The WebSocket handshake; `raw` accepts any offered subprotocol (or none) for a raw endpoint.
+    static func handshake(
+        to urlString: String,
+        configuration: Configuration,
+        raw: Bool,
+        eventLoopGroup: any EventLoopGroup,
+        logger: Logger
     ) async throws -> BLIPWebSocketTransport {
         guard let url = BLIPWebSocketURL(urlString) else {
             throw BLIPConnectionError(.handshakeFailed, "not a ws:// or wss:// URL: \(urlString)")
@@ -111,9 +140,10 @@ public enum BLIPWebSocketClient {
                     }
                     let upgrader = BLIPClientUpgrader(
                         offered: offered,
-                        usesSeedDialect: configuration.usesSeedDialect,
+                        usesSeedDialect: configuration.usesSeedDialect || raw,
                         maximumMessageSize: configuration.maximumMessageSize,
                         settings: settings,
+                        captureDirectory: configuration.captureDirectory,
                         result: result
                     )
                     try sync.addHTTPClientHandlers(
@@ -194,6 +224,7 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
     let usesSeedDialect: Bool
     let maximumMessageSize: Int
     let settings: BLIPWebSocketHandler.Settings
+    let captureDirectory: String?
     let result: EventLoopPromise<BLIPWebSocketTransport>
 
     init(
@@ -201,8 +232,10 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
         usesSeedDialect: Bool,
         maximumMessageSize: Int,
         settings: BLIPWebSocketHandler.Settings,
+        captureDirectory: String?,
         result: EventLoopPromise<BLIPWebSocketTransport>
     ) {
+        self.captureDirectory = captureDirectory
         self.offered = offered
         self.usesSeedDialect = usesSeedDialect
         self.maximumMessageSize = maximumMessageSize
@@ -222,15 +255,17 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
 
     func shouldAllowUpgrade(upgradeResponse: HTTPResponseHead) -> Bool {
         guard self.inner.shouldAllowUpgrade(upgradeResponse: upgradeResponse) else { return false }
-        return Self.chosenSubprotocol(upgradeResponse, offered: self.offered) != nil || self.usesSeedDialect
+        // The seed dialect (and a raw endpoint) take whatever the server answers; BLIP needs a BLIP
+        // subprotocol that was offered.
+        if self.usesSeedDialect { return true }
+        let chosen = Self.chosenSubprotocol(upgradeResponse, offered: self.offered)
+        return chosen.flatMap(BLIPSubprotocol.dialect(for:)) != nil
     }
 
     /// The subprotocol the server picked, if it is one we offered.
     static func chosenSubprotocol(_ response: HTTPResponseHead, offered: [String]) -> String? {
         let chosen = BLIPSubprotocol.parseOffers(response.headers["Sec-WebSocket-Protocol"])
-        guard chosen.count == 1, offered.contains(chosen[0]), BLIPSubprotocol.dialect(for: chosen[0]) != nil else {
-            return nil
-        }
+        guard chosen.count == 1, offered.contains(chosen[0]) else { return nil }
         return chosen[0]
     }
 
@@ -240,7 +275,14 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
             let subprotocol = Self.chosenSubprotocol(upgradeResponse, offered: self.offered)
             let dialect: BLIPDialect =
                 self.usesSeedDialect ? .seed : (subprotocol.flatMap(BLIPSubprotocol.dialect(for:)) ?? .blip3)
-            let handler = BLIPWebSocketHandler(settings: self.settings)
+            let capture = try self.captureDirectory.map {
+                try BLIPFrameCapture.forNewConnection(
+                    under: $0,
+                    dialect: dialect,
+                    counter: BLIPWebSocketClient.captureCounter
+                )
+            }
+            let handler = BLIPWebSocketHandler(settings: self.settings, capture: capture)
             let sync = channel.pipeline.syncOperations
             try sync.addHandler(ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: self.maximumMessageSize)))
             try sync.addHandler(
@@ -256,7 +298,7 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
                     dialect: dialect,
                     subprotocol: subprotocol,
                     handler: handler,
-                    eventLoop: channel.eventLoop
+                    channel: channel
                 )
             )
         }

@@ -33,13 +33,17 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     static let headroom = 14
 
     private let settings: Settings
+    /// Where frames are written when capturing; nil costs one check per frame.
+    private let capture: BLIPFrameCapture?
     private var context: ChannelHandlerContext?
-    private var sink: BLIPTransportSink?
-    /// Frames that arrived before the connection started.
-    private var early: [ByteBuffer] = []
+    private var sink: (any FrameSink)?
+    /// Messages that arrived before the connection started.
+    private var early: [(ByteBuffer, isText: Bool)] = []
     private var sentClose = false
     private var receivedClose = false
     private var reportedClosed = false
+    /// Why the connection ended, kept for a connection that starts afterwards.
+    private var closeError: (any Error)?
     private var isPumping = false
     private var pumpAgain = false
     private var awaitingPong = false
@@ -48,20 +52,24 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var closeDeadline: Scheduled<Void>?
     private var maskRandom = MaskKeyGenerator()
 
-    init(settings: Settings) {
+    init(settings: Settings, capture: BLIPFrameCapture? = nil) {
         self.settings = settings
+        self.capture = capture
     }
 
     // MARK: - Transport operations (on the event loop)
 
-    func start(_ sink: BLIPTransportSink) {
+    func start(_ sink: any FrameSink) {
         self.sink = sink
         if self.reportedClosed {
-            sink.closed(BLIPConnectionError(.transportFailed, "the connection closed before it started"))
+            sink.closed(
+                self.closeError ?? BLIPConnectionError(.connectionClosed, "the connection closed before it started")
+            )
             return
         }
-        for frame in self.early { sink.received(frame) }
+        let early = self.early
         self.early.removeAll()
+        for (message, isText) in early { self.deliver(message, isText: isText) }
         self.pump()
     }
 
@@ -82,8 +90,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 var buffer = context.channel.allocator.buffer(capacity: self.settings.frameSize + Self.headroom)
                 buffer.writeRepeatingByte(0, count: Self.headroom)
                 buffer.moveReaderIndex(forwardBy: Self.headroom)
-                guard sink.nextFrame(into: &buffer) else { break }
-                self.write(.binary, buffer, context: context)
+                guard let kind = sink.nextMessage(into: &buffer) else { break }
+                self.capture?.record(buffer, clientToServer: self.settings.role == .client)
+                self.write(kind == .text ? .text : .binary, buffer, context: context)
                 wrote = true
             }
             if wrote { context.flush() }
@@ -139,23 +148,22 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             }
         }
         switch frame.opcode {
-        case .binary:
+        case .binary, .text:
             guard !self.receivedClose && !self.sentClose else { return }
             var payload = frame.data
             if let key = frame.maskKey {
                 payload.webSocketMaskWordWide((key[0], key[1], key[2], key[3]))
             }
-            if let sink {
-                sink.received(payload)
-            } else {
-                self.early.append(payload)
+            let isText = frame.opcode == .text
+            if isText && String(validating: payload.readableBytesView, as: UTF8.self) == nil {
+                return self.failProtocol(.dataInconsistentWithMessage, "text message is not UTF-8")
             }
-        case .text:
-            self.startClose(
-                .unacceptableData,
-                reason: "text messages are not BLIP frames",
-                error: BLIPConnectionError(.protocolViolation, "the peer sent a text WebSocket message")
-            )
+            if !isText { self.capture?.record(payload, clientToServer: self.settings.role == .server) }
+            if self.sink != nil {
+                self.deliver(payload, isText: isText)
+            } else {
+                self.early.append((payload, isText))
+            }
         case .ping:
             guard !self.sentClose else { return }
             self.write(.pong, frame.unmaskedData, context: context)
@@ -171,6 +179,15 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         }
     }
 
+    private func deliver(_ message: ByteBuffer, isText: Bool) {
+        guard let sink, !sink.received(message, isText: isText) else { return }
+        self.startClose(
+            .unacceptableData,
+            reason: "text messages are not BLIP frames",
+            error: BLIPConnectionError(.protocolViolation, "the peer sent a text WebSocket message")
+        )
+    }
+
     func channelReadComplete(context: ChannelHandlerContext) {
         // Replies and ACKs that the reads produced go out in one flush.
         self.pump()
@@ -184,6 +201,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         self.stopTimers()
+        self.capture?.flush()  // the connection's frames are all on disk once it has ended
         if !self.sentClose && !self.receivedClose {
             // TCP reset, EOF without a close frame, EOF mid-frame: the peer vanished (1006, never sent).
             self.reportClosed(BLIPConnectionError(.transportFailed, "the connection was lost"))
@@ -234,6 +252,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 number == 1011 ? .protocolViolation : .connectionClosed,
                 "the peer closed with code \(number)\(reason.isEmpty ? "" : ": \(reason)")"
             )
+        self.reportClosed(error)
         if !self.sentClose, let context {
             // Answer with the same code, then end the connection.
             self.sentClose = true
@@ -242,7 +261,6 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             self.write(.connectionClose, payload, context: context)
             context.flush()
         }
-        self.reportClosed(error)
         self.finishClose()
     }
 
@@ -252,12 +270,13 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             return
         }
         self.sentClose = true
+        // Report the reason before writing: a write error during the flush must not be reported first.
+        self.reportClosed(error)
         var payload = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
         payload.write(webSocketErrorCode: code)
         payload.writeString(String(reason.utf8.prefix(123)) ?? "")  // control frames carry at most 125 bytes
         self.write(.connectionClose, payload, context: context)
         context.flush()
-        self.reportClosed(error)
         if self.receivedClose {
             self.finishClose()
         } else {
@@ -292,6 +311,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private func reportClosed(_ error: (any Error)?) {
         guard !self.reportedClosed else { return }
         self.reportedClosed = true
+        self.closeError = error
         self.sink?.closed(error)
     }
 

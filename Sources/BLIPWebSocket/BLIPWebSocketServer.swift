@@ -32,9 +32,22 @@ public final class BLIPWebSocketServer: Sendable {
         public var heartbeatTimeout = TimeAmount.seconds(30)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
+        /// Write every connection's frames to a new folder `connection-NNN` under this one.
+        public var captureDirectory: String?
+        /// Connections that get a raw WebSocket endpoint instead of BLIP (echo, and the `sink:N` /
+        /// `source:N` commands of the benchmark baselines): those offering this subprotocol, or all.
+        public var rawEndpoint = RawEndpointPolicy.none
         public var connection = BLIPConnection.Configuration()
 
         public init() {}
+    }
+
+    public enum RawEndpointPolicy: Hashable, Sendable {
+        case none
+        /// Clients offering this subprotocol get the raw endpoint (``BLIPRawWebSocket/benchmarkSubprotocol``).
+        case forSubprotocol(String)
+        /// Every connection is raw (for Autobahn, whose client offers no subprotocol).
+        case always
     }
 
     /// The server's certificate chain and private key, as PEM files.
@@ -62,6 +75,7 @@ public final class BLIPWebSocketServer: Sendable {
     private let accepted: AsyncStream<AcceptedConnection>
     private let acceptedContinuation: AsyncStream<AcceptedConnection>.Continuation
     private let open = Mutex<Set<BLIPConnection>>([])
+    let rawChannels: RawChannels
 
     /// The port the server listens on.
     public var port: Int { self.channel.localAddress?.port ?? self.configuration.port }
@@ -70,8 +84,10 @@ public final class BLIPWebSocketServer: Sendable {
         configuration: Configuration,
         channel: any Channel,
         logger: Logger,
-        accepted: (AsyncStream<AcceptedConnection>, AsyncStream<AcceptedConnection>.Continuation)
+        accepted: (AsyncStream<AcceptedConnection>, AsyncStream<AcceptedConnection>.Continuation),
+        rawChannels: RawChannels
     ) {
+        self.rawChannels = rawChannels
         self.configuration = configuration
         self.channel = channel
         self.logger = logger
@@ -96,6 +112,8 @@ public final class BLIPWebSocketServer: Sendable {
         }
         let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
         let policy = UpgradePolicy(configuration: configuration)
+        let captureCounter = CaptureCounter()
+        let rawChannels = RawChannels()
         let settings = BLIPWebSocketHandler.Settings(
             role: .server,
             heartbeatInterval: configuration.heartbeatInterval,
@@ -115,6 +133,8 @@ public final class BLIPWebSocketServer: Sendable {
                         settings: settings,
                         router: router,
                         configuration: configuration,
+                        captureCounter: captureCounter,
+                        rawChannels: rawChannels,
                         accepted: accepted.continuation
                     )
                 }
@@ -125,7 +145,8 @@ public final class BLIPWebSocketServer: Sendable {
             configuration: configuration,
             channel: channel,
             logger: logger,
-            accepted: accepted
+            accepted: accepted,
+            rawChannels: rawChannels
         )
         logger.info("listening", metadata: ["blip.address": "\(channel.localAddress.map { "\($0)" } ?? "?")"])
         return server
@@ -150,11 +171,16 @@ public final class BLIPWebSocketServer: Sendable {
     public func shutdown() async {
         try? await self.channel.close()
         self.acceptedContinuation.finish()
+        for channel in self.rawChannels.raw { channel.close(promise: nil) }
         let connections = self.open.withLock { Array($0) }
         await withDiscardingTaskGroup { group in
             for connection in connections {
                 group.addTask { await connection.close() }
             }
+        }
+        // Wait for every connection's socket to close (and its capture to be written).
+        for channel in self.rawChannels.all {
+            try? await channel.closeFuture.get()
         }
     }
 
@@ -168,6 +194,8 @@ public final class BLIPWebSocketServer: Sendable {
         settings: BLIPWebSocketHandler.Settings,
         router: BLIPRouter,
         configuration: Configuration,
+        captureCounter: CaptureCounter,
+        rawChannels: RawChannels,
         accepted: AsyncStream<AcceptedConnection>.Continuation
     ) throws {
         let sync = channel.pipeline.syncOperations
@@ -176,19 +204,40 @@ public final class BLIPWebSocketServer: Sendable {
             maxFrameSize: configuration.maximumMessageSize,
             automaticErrorHandling: false,
             shouldUpgrade: { channel, head in
-                guard case .accept(let subprotocol, _) = policy.decide(head) else {
+                var headers = HTTPHeaders()
+                switch policy.decide(head) {
+                case .accept(let subprotocol?, _), .raw(let subprotocol?):
+                    headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol)
+                case .accept(nil, _), .raw(nil):
+                    break
+                case .refuse:
                     return channel.eventLoop.makeSucceededFuture(nil)
                 }
-                var headers = HTTPHeaders()
-                if let subprotocol { headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol) }
                 return channel.eventLoop.makeSucceededFuture(headers)
             },
             upgradePipelineHandler: { channel, head in
                 channel.eventLoop.makeCompletedFuture {
+                    if case .raw = policy.decide(head) {
+                        let handler = BLIPWebSocketHandler(settings: settings)
+                        try channel.pipeline.syncOperations.addHandler(
+                            NIOWebSocketFrameAggregator(
+                                minNonFinalFragmentSize: 0,
+                                maxAccumulatedFrameCount: 1 << 16,
+                                maxAccumulatedFrameSize: configuration.maximumMessageSize
+                            )
+                        )
+                        try channel.pipeline.syncOperations.addHandler(handler)
+                        handler.start(RawEndpoint())
+                        rawChannels.add(channel, isRaw: true)
+                        return
+                    }
                     guard case .accept(let subprotocol, let dialect) = policy.decide(head) else {
                         throw BLIPConnectionError(.handshakeFailed, "upgrade no longer acceptable")
                     }
-                    let handler = BLIPWebSocketHandler(settings: settings)
+                    let capture = try configuration.captureDirectory.map {
+                        try BLIPFrameCapture.forNewConnection(under: $0, dialect: dialect, counter: captureCounter)
+                    }
+                    let handler = BLIPWebSocketHandler(settings: settings, capture: capture)
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(
                         NIOWebSocketFrameAggregator(
@@ -202,8 +251,9 @@ public final class BLIPWebSocketServer: Sendable {
                         dialect: dialect,
                         subprotocol: subprotocol,
                         handler: handler,
-                        eventLoop: channel.eventLoop
+                        channel: channel
                     )
+                    rawChannels.add(channel, isRaw: false)
                     var logger = settings.logger
                     logger[metadataKey: "blip.remote"] = "\(channel.remoteAddress.map { "\($0)" } ?? "?")"
                     let connection = BLIPConnection(
@@ -236,21 +286,40 @@ public final class BLIPWebSocketServer: Sendable {
     }
 }
 
+/// The upgraded channels of a server (raw ones are closed directly at shutdown; BLIP ones through their
+/// connection), so that shutdown can wait for all of them.
+final class RawChannels: Sendable {
+    private let channels = Mutex<[ObjectIdentifier: (channel: any Channel, isRaw: Bool)]>([:])
+
+    func add(_ channel: any Channel, isRaw: Bool) {
+        let key = ObjectIdentifier(channel)
+        self.channels.withLock { $0[key] = (channel, isRaw) }
+        channel.closeFuture.whenComplete { _ in _ = self.channels.withLock { $0.removeValue(forKey: key) } }
+    }
+
+    var all: [any Channel] { self.channels.withLock { $0.values.map(\.channel) } }
+    var raw: [any Channel] { self.channels.withLock { $0.values.filter(\.isRaw).map(\.channel) } }
+}
+
 /// Whether to upgrade a request, and to what.
 struct UpgradePolicy: Sendable {
     enum Decision {
         case accept(subprotocol: String?, dialect: BLIPDialect)
+        /// A raw endpoint, not BLIP.
+        case raw(subprotocol: String?)
         case refuse(HTTPResponseStatus, String)
     }
 
     let path: String?
     let subprotocols: [String]
     let acceptsSeedDialect: Bool
+    let rawEndpoint: BLIPWebSocketServer.RawEndpointPolicy
 
     init(configuration: BLIPWebSocketServer.Configuration) {
         self.path = configuration.path
         self.subprotocols = configuration.subprotocols
         self.acceptsSeedDialect = configuration.acceptsSeedDialect
+        self.rawEndpoint = configuration.rawEndpoint
     }
 
     func decide(_ head: HTTPRequestHead) -> Decision {
@@ -260,6 +329,11 @@ struct UpgradePolicy: Sendable {
             return .refuse(.notFound, "no BLIP endpoint at \(requestPath)")
         }
         let offered = BLIPSubprotocol.parseOffers(head.headers["Sec-WebSocket-Protocol"])
+        switch self.rawEndpoint {
+        case .always: return .raw(subprotocol: offered.first)
+        case .forSubprotocol(let raw) where offered.contains(raw): return .raw(subprotocol: raw)
+        default: break
+        }
         if offered.isEmpty && self.acceptsSeedDialect {
             return .accept(subprotocol: nil, dialect: .seed)
         }

@@ -14,14 +14,23 @@ public final class BLIPWebSocketTransport: BLIPTransport {
     /// Coalesces writer wake-ups from other threads into one hop.
     private let wakeScheduled = Atomic<Bool>(false)
 
-    init(dialect: BLIPDialect, subprotocol: String?, handler: BLIPWebSocketHandler, eventLoop: any EventLoop) {
+    /// Completes once the channel has closed.
+    let closeFuture: EventLoopFuture<Void>
+
+    init(dialect: BLIPDialect, subprotocol: String?, handler: BLIPWebSocketHandler, channel: any Channel) {
         self.dialect = dialect
         self.subprotocol = subprotocol
-        self.eventLoop = eventLoop
-        self.handler = NIOLoopBound(handler, eventLoop: eventLoop)
+        self.eventLoop = channel.eventLoop
+        self.closeFuture = channel.closeFuture
+        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
     }
 
     public func start(_ sink: BLIPTransportSink) {
+        self.onLoop { $0.start(BLIPFrameSink(sink)) }
+    }
+
+    /// Attaches a raw endpoint instead of a BLIP connection.
+    func startRaw(_ sink: any FrameSink) {
         self.onLoop { $0.start(sink) }
     }
 

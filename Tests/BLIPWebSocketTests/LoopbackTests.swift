@@ -202,24 +202,35 @@ struct LoopbackTests {
         await server.close()
     }
 
+    /// The server counts the bytes of a 16 MiB upload as its streaming handler reads them; each urgent
+    /// probe reports that count. Urgent requests overtake the transfer when they are answered while it
+    /// is still arriving.
     @Test("urgent requests overtake a 16 MiB transfer on the same connection")
     func urgentDuringBulk() async throws {
-        try await withServer { server in
+        let uploaded = Mutex(0)
+        let total = 16 << 20
+        var router = standardRouter()
+        router.registerStreaming(profile: "upload") { request, _ in
+            for try await piece in request.body { uploaded.withLock { $0 += piece.readableBytes } }
+            return BLIPResponse()
+        }
+        router.register(profile: "probe") { _, _ in BLIPResponse(text: "\(uploaded.withLock { $0 })") }
+        try await withServer(router: router) { server in
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { connection in
-                let bulkDone = Mutex(false)
                 let bulk = Task {
-                    let reply = try await connection.sendRequest(BLIPRequest(profile: "sink", body: pattern(16 << 20)))
-                    bulkDone.withLock { $0 = true }
-                    return reply
+                    try await connection.sendRequest(BLIPRequest(profile: "upload", body: pattern(total)))
                 }
-                var overtaken = 0
+                var seen: [Int] = []
                 for _ in 0..<20 {
-                    _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "u", urgent: true))
-                    if !bulkDone.withLock({ $0 }) { overtaken += 1 }
+                    let reply = try await connection.sendRequest(BLIPRequest(profile: "probe", urgent: true))
+                    seen.append(Int(String(buffer: reply.body)) ?? -1)
                 }
-                let reply = try await bulk.value
-                #expect(reply.properties["Count"] == "\(16 << 20)")
-                #expect(overtaken == 20, "all urgent requests finished while the transfer was in flight")
+                _ = try await bulk.value
+                #expect(uploaded.withLock { $0 } == total)
+                // The first probe overtakes the rest of the transfer; later ones depend on how fast the
+                // machine moves the bulk, so only a share of them is required.
+                #expect(seen[0] < total, "the first urgent probe waited for the whole transfer: \(seen)")
+                #expect(seen.filter { $0 < total }.count >= 5, "urgent probes answered mid-transfer: \(seen)")
             }
         }
     }

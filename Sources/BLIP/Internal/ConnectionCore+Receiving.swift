@@ -12,6 +12,8 @@ extension ConnectionCore {
         self.metrics.bytesReceived.increment(by: Int64(frame.readableBytes))
         self.state.withLock { state in
             guard state.closeError == nil else { return }
+            state.statistics.framesReceived += 1
+            state.statistics.bytesReceived += frame.readableBytes
             let result: BLIPReceiveResult
             do throws(BLIPEngineError) {
                 result = try state.engine.receive(frame, now: .now())

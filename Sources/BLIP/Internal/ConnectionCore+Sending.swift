@@ -279,6 +279,8 @@ extension ConnectionCore {
                 return nil
             }
             guard case .frame(let frame) = next else { return nil }
+            state.statistics.framesSent += 1
+            state.statistics.bytesSent += frame.length
             if let id = frame.message {
                 if frame.isLastFrame, let waiter = state.sendWaiters.removeValue(forKey: id) {
                     if let token = state.tokenOfMessage.removeValue(forKey: id) {

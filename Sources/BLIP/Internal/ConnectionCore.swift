@@ -71,6 +71,7 @@ final class ConnectionCore: Sendable {
         var readingPaused = false
         var closeError: BLIPConnectionError?
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
+        var statistics = BLIPConnectionStatistics()
     }
 
     /// What to do after leaving the lock.
@@ -155,6 +156,18 @@ final class ConnectionCore: Sendable {
     }
 
     var isClosed: Bool { self.state.withLock { $0.closeError != nil } }
+
+    var statistics: BLIPConnectionStatistics {
+        self.state.withLock { state in
+            var statistics = state.statistics
+            let encoder = state.engine.encoderStatistics
+            statistics.bytesBeforeCompression = encoder.bytesBeforeCompression
+            statistics.bytesAfterCompression = encoder.bytesAfterCompression
+            statistics.compressionSkipped = encoder.compressionSkipped
+            statistics.sendWindow = state.engine.sendWindowSize
+            return statistics
+        }
+    }
 
     /// The transport is gone: everything pending fails at once.
     func transportClosed(_ error: (any Error)?) {

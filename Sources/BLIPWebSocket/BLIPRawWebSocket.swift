@@ -1,0 +1,125 @@
+internal import BLIP
+internal import DequeModule
+public import Logging
+public import NIOCore
+public import NIOPosix
+internal import Synchronization
+
+/// A WebSocket connection carrying plain messages instead of BLIP, over the same transport (the same
+/// handler, framing and masking). For measuring the transport on its own (the benchmark baselines, with a
+/// server whose ``BLIPWebSocketServer/Configuration/rawEndpoint`` is set) and for conformance tests.
+public final class BLIPRawWebSocket: Sendable {
+    /// The subprotocol that asks a ``BLIPWebSocketServer`` for its raw endpoint.
+    public static let benchmarkSubprotocol = "blip-raw"
+
+    let transport: BLIPWebSocketTransport
+    let sink: RawClientSink
+
+    init(transport: BLIPWebSocketTransport, sink: RawClientSink) {
+        self.transport = transport
+        self.sink = sink
+    }
+
+    /// Connects, offering `subprotocols` (none is fine), and starts receiving.
+    public static func connect(
+        to url: String,
+        subprotocols: [String] = [benchmarkSubprotocol],
+        configuration: BLIPWebSocketClient.Configuration = BLIPWebSocketClient.Configuration(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "blip.websocket.raw")
+    ) async throws -> BLIPRawWebSocket {
+        var configuration = configuration
+        configuration.subprotocols = subprotocols
+        let transport = try await BLIPWebSocketClient.handshake(
+            to: url,
+            configuration: configuration,
+            raw: true,
+            eventLoopGroup: eventLoopGroup,
+            logger: logger
+        )
+        let sink = RawClientSink()
+        transport.startRaw(sink)
+        return BLIPRawWebSocket(transport: transport, sink: sink)
+    }
+
+    /// The subprotocol the server chose, if any.
+    public var subprotocol: String? { self.transport.subprotocol }
+
+    /// Queues a message (binary unless `text`).
+    public func send(_ message: ByteBuffer, text: Bool = false) {
+        self.sink.enqueue(message, text: text)
+        self.transport.wakeWriter()
+    }
+
+    /// The next message received; nil once the connection has closed.
+    public func receive() async throws -> (message: ByteBuffer, isText: Bool)? {
+        try await self.sink.next()
+    }
+
+    public func close() {
+        self.transport.close(.normal)
+    }
+}
+
+/// The client end of a raw connection: messages to send, and received ones waiting to be read.
+final class RawClientSink: FrameSink {
+    private struct State {
+        var outbound: Deque<(ByteBuffer, MessageKind)> = []
+        var inbound: Deque<(ByteBuffer, Bool)> = []
+        var waiter: CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>?
+        var closed = false
+        var error: (any Error)?
+    }
+
+    private let state = Mutex(State())
+
+    func enqueue(_ message: ByteBuffer, text: Bool) {
+        self.state.withLock { $0.outbound.append((message, text ? .text : .binary)) }
+    }
+
+    func next() async throws -> (message: ByteBuffer, isText: Bool)? {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready = self.state.withLock { state -> Result<(message: ByteBuffer, isText: Bool)?, any Error>? in
+                if let (message, isText) = state.inbound.popFirst() { return .success((message, isText)) }
+                if let error = state.error { return .failure(error) }
+                if state.closed { return .success(nil) }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+
+    func received(_ message: ByteBuffer, isText: Bool) -> Bool {
+        let waiter = self.state.withLock {
+            state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
+            guard let waiter = state.waiter else {
+                state.inbound.append((message, isText))
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume(returning: (message, isText))
+        return true
+    }
+
+    func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
+        self.state.withLock { state in
+            guard let (message, kind) = state.outbound.popFirst() else { return nil }
+            buffer.writeImmutableBuffer(message)
+            return kind
+        }
+    }
+
+    func closed(_ error: (any Error)?) {
+        let waiter = self.state.withLock {
+            state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
+            state.closed = true
+            state.error = error
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        if let error { waiter?.resume(throwing: error) } else { waiter?.resume(returning: nil) }
+    }
+}

@@ -1,0 +1,40 @@
+internal import BLIP
+internal import NIOCore
+
+/// What the WebSocket handler hands messages to and pulls messages from: a BLIP connection, or a raw
+/// endpoint (benchmark baselines, Autobahn).
+protocol FrameSink: AnyObject, Sendable {
+    /// A complete WebSocket message arrived. Returns false to refuse it (text sent to BLIP: close 1003).
+    func received(_ message: ByteBuffer, isText: Bool) -> Bool
+    /// Appends the next message to send to `buffer`; returns its kind (text or binary), or nil if none.
+    func nextMessage(into buffer: inout ByteBuffer) -> MessageKind?
+    func closed(_ error: (any Error)?)
+}
+
+enum MessageKind {
+    case binary
+    case text
+}
+
+/// BLIP frames travel in binary messages only.
+final class BLIPFrameSink: FrameSink {
+    let sink: BLIPTransportSink
+
+    init(_ sink: BLIPTransportSink) {
+        self.sink = sink
+    }
+
+    func received(_ message: ByteBuffer, isText: Bool) -> Bool {
+        guard !isText else { return false }
+        self.sink.received(message)
+        return true
+    }
+
+    func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
+        self.sink.nextFrame(into: &buffer) ? .binary : nil
+    }
+
+    func closed(_ error: (any Error)?) {
+        self.sink.closed(error)
+    }
+}
