@@ -27,6 +27,7 @@ let package = Package(
         .library(name: "BLIPPeerHarness", targets: ["BLIPPeerHarness"]),
         .library(name: "BLIP", targets: ["BLIP"]),
         .library(name: "BLIPWebSocket", targets: ["BLIPWebSocket"]),
+        .executable(name: "blip", targets: ["BLIPTool"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
@@ -35,6 +36,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.30.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         // test-only
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
     ],
@@ -69,6 +71,14 @@ let package = Package(
             dependencies: ["BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging, deque],
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "BLIPTool",
+            dependencies: [
+                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, crypto, logging,
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPWireTests",
             dependencies: ["BLIPWire", "CBLIPZlib", nioCore, propertyBased, crypto],
@@ -88,6 +98,14 @@ let package = Package(
             name: "BLIPWebSocketTests",
             dependencies: [
                 "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging,
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BLIPToolTests",
+            dependencies: [
+                "BLIPTool", "BLIPWebSocket", "BLIP", nioCore,
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -1,0 +1,148 @@
+internal import ArgumentParser
+internal import BLIP
+internal import BLIPWebSocket
+internal import Foundation
+internal import Logging
+internal import NIOCore
+internal import Synchronization
+
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Run the standard benchmark workloads of performance.md against a server with the standard profiles.",
+        discussion: """
+            rt: sequential 100-byte echo requests. pipelined: the same with C outstanding (16 and 64 by \
+            default). bulk: one 64 MiB message (after an untimed 8 MiB one), up to `sink` or down from \
+            `source`. urgent: 100 small requests while 64 MiB streams. --baseline also runs the rt, \
+            pipelined and bulk shapes as raw WebSocket messages over the same transport and prints each BLIP \
+            figure as a ratio to it.
+            """
+    )
+
+    enum Workload: String, ExpressibleByArgument, CaseIterable {
+        case rt, pipelined, bulk, urgent, all
+    }
+
+    enum Direction: String, ExpressibleByArgument {
+        case up, down
+    }
+
+    @Argument(help: "ws:// or wss:// URL of a server (not with --self).") var url: String?
+    @Flag(name: .customLong("self"), help: "Start a server in a child process first.") var startsServer = false
+    @Option(help: "rt, pipelined, bulk, urgent or all.") var workload = Workload.all
+    @Option(help: "Requests outstanding (pipelined; default 16 and 64).") var concurrency: Int?
+    @Option(help: "Requests (rt: 20000, pipelined: 50000, urgent: 100).") var count: Int?
+    @Option(help: "Body bytes (rt and pipelined: 100; bulk: 64 MiB).") var size: Int?
+    @Option(help: "Bulk data: random or text.") var data: BenchmarkData?
+    @Flag(help: "Compress bulk data.") var compressed = false
+    @Option(help: "Bulk direction: up (to sink) or down (from source).") var direction: Direction?
+    @Flag(help: "Also run the raw WebSocket shapes and print ratios to them.") var baseline = false
+    @Flag(help: "One JSON object per line per workload.") var json = false
+    @Option(name: .customLong("subprotocol"), help: "Subprotocol to offer (repeatable).") var subprotocols: [String] =
+        []
+    @Option(help: "'seed' speaks the 2013 seed dialect (no subprotocol).") var dialect: DialectOption?
+    @Option(help: "Write every frame under this folder.") var capture: String?
+
+    func validate() throws {
+        if self.startsServer == (self.url != nil) { throw ValidationError("give a URL or --self, not both") }
+    }
+
+    func run() async throws {
+        var child: Process?
+        var url = self.url ?? ""
+        if self.startsServer {
+            let (process, port) = try Self.startServer(seed: self.dialect?.isSeed ?? false)
+            child = process
+            url = "ws://127.0.0.1:\(port)/"
+        }
+        defer {
+            child?.terminate()
+            child?.waitUntilExit()
+        }
+        let runner = BenchRunner(url: url, options: self)
+        try await runner.runAll()
+    }
+
+    /// Starts `blip serve --port 0` in a child process and reads the port it prints.
+    static func startServer(seed: Bool) throws -> (Process, Int) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
+        if !FileManager.default.fileExists(atPath: "/proc/self/exe") {
+            process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
+        }
+        process.arguments =
+            ["serve", "--port", "0", "--max-message-size", "\(1 << 20)"] + (seed ? ["--dialect", "seed"] : [])
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var line = Data()
+        while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) {
+            line.append(byte)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard let portText = text.split(separator: ":").last?.prefix(while: \.isNumber), let port = Int(portText) else {
+            process.terminate()
+            throw ValidationError("the child server did not start: \(text)")
+        }
+        return (process, port)
+    }
+}
+
+/// One workload's figures.
+struct BenchResult {
+    var workload: String
+    var count: Int
+    var concurrency: Int
+    var messagesPerSecond: Double?
+    var p50: Duration?
+    var p99: Duration?
+    var mibPerSecond: Double?
+    var wireBytes: Int?
+    var data: String
+    var compressed: Bool
+    var direction: String
+    var extra: [String: Any] = [:]
+    var ratio: Double?
+
+    var json: [String: Any] {
+        var object: [String: Any] = [
+            "workload": self.workload, "count": self.count, "concurrency": self.concurrency, "data": self.data,
+            "compressed": self.compressed, "direction": self.direction,
+            "msgs_per_s": self.messagesPerSecond.map { ($0 * 10).rounded() / 10 } ?? NSNull(),
+            "p50_us": self.p50.map { $0.microseconds } ?? NSNull(),
+            "p99_us": self.p99.map { $0.microseconds } ?? NSNull(),
+            "mib_per_s": self.mibPerSecond.map { ($0 * 10).rounded() / 10 } ?? NSNull(),
+            "wire_bytes": self.wireBytes ?? NSNull(),
+        ]
+        if let ratio = self.ratio { object["ratio_to_baseline"] = (ratio * 1000).rounded() / 1000 }
+        for (key, value) in self.extra { object[key] = value }
+        return object
+    }
+
+    var line: String {
+        var parts = ["\(self.workload)".padding(toLength: 22, withPad: " ", startingAt: 0)]
+        if let rate = self.messagesPerSecond { parts.append(String(format: "%9.0f msg/s", rate)) }
+        if let p50 = self.p50, let p99 = self.p99 {
+            parts.append(String(format: "p50 %7.1f µs  p99 %8.1f µs", p50.microseconds, p99.microseconds))
+        }
+        if let throughput = self.mibPerSecond { parts.append(String(format: "%8.1f MiB/s", throughput)) }
+        if let wire = self.wireBytes { parts.append("wire \(wire) B") }
+        for (key, value) in self.extra.sorted(by: { $0.key < $1.key }) { parts.append("\(key) \(value)") }
+        if let ratio = self.ratio { parts.append(String(format: "= %.2fx baseline", ratio)) }
+        return parts.joined(separator: "  ")
+    }
+}
+
+extension Duration {
+    var microseconds: Double {
+        Double(self.components.seconds) * 1e6 + Double(self.components.attoseconds) / 1e12
+    }
+
+    var seconds: Double { self.microseconds / 1e6 }
+}
+
+func percentile(_ sorted: [Duration], _ fraction: Double) -> Duration? {
+    guard !sorted.isEmpty else { return nil }
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))]
+}

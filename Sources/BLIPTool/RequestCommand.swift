@@ -1,0 +1,181 @@
+internal import ArgumentParser
+internal import BLIP
+internal import BLIPWebSocket
+internal import Foundation
+internal import Logging
+internal import NIOCore
+
+struct RequestCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "request",
+        abstract: "Send one request and print the reply.",
+        discussion: "Exit status: 0 for a reply, 3 for an ERR reply, 1 for a connection or protocol failure."
+    )
+
+    @Argument(help: "ws:// or wss:// URL.") var url: String
+    @Option(help: "The request's Profile.") var profile: String
+    @Option(name: .customLong("prop"), help: "A property, as KEY=VALUE (repeatable).") var properties: [String] = []
+    @Option(help: "The body, as text.") var body: String?
+    @Option(help: "Read the body from a file ('-' for standard input).") var bodyFile: String?
+    @Flag(help: "Send ahead of normal traffic.") var urgent = false
+    @Flag(help: "Compress the body.") var compressed = false
+    @Flag(help: "Ask for no reply.") var noReply = false
+    @Option(name: .customLong("subprotocol"), help: "Subprotocol to offer (repeatable, preferred first).")
+    var subprotocols: [String] = []
+    @Option(help: "'seed' speaks the 2013 seed dialect (no subprotocol).") var dialect: DialectOption?
+    @Option(name: .customLong("header"), help: "Extra request header, as 'Name: value' (repeatable).")
+    var headers: [String] = []
+    @Option(help: "PEM file of certificates to trust for wss://.") var trustPem: String?
+    @Option(help: "Accept only a server certificate with this SHA-256 (hex).") var pinSha256: String?
+    @Option(help: "Write every frame under this folder.") var capture: String?
+    @Flag(help: "Print the reply as one JSON object.") var json = false
+
+    func validate() throws {
+        if self.body != nil && self.bodyFile != nil {
+            throw ValidationError("--body and --body-file exclude each other")
+        }
+        for property in self.properties where !property.contains("=") {
+            throw ValidationError("--prop takes KEY=VALUE, not '\(property)'")
+        }
+        if let pin = self.pinSha256, Self.hexBytes(pin)?.count != 32 {
+            throw ValidationError("--pin-sha256 takes 64 hex digits")
+        }
+    }
+
+    func run() async throws {
+        let request = try self.makeRequest()
+        var configuration = BLIPWebSocketClient.Configuration()
+        if !self.subprotocols.isEmpty { configuration.subprotocols = self.subprotocols }
+        configuration.usesSeedDialect = self.dialect?.isSeed ?? false
+        configuration.captureDirectory = self.capture
+        configuration.headers = self.headers.map { header in
+            let parts = header.split(separator: ":", maxSplits: 1)
+            return (String(parts[0]).trimmed, parts.count > 1 ? String(parts[1]).trimmed : "")
+        }
+        if let trust = self.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
+        configuration.tls.pinnedCertificateSHA256 = self.pinSha256.flatMap(Self.hexBytes)
+        configuration.heartbeatInterval = nil
+        var logger = Logger(label: "blip.request")
+        logger.logLevel = .warning
+        let noReply = self.noReply
+        let outcome: Outcome
+        do {
+            outcome = try await BLIPWebSocketClient.connect(to: self.url, configuration: configuration, logger: logger)
+            {
+                connection in
+                if noReply {
+                    try await connection.sendNoReply(request)
+                    return Outcome.none
+                }
+                do {
+                    return .reply(try await connection.sendRequest(request))
+                } catch let error as BLIPError {
+                    return .error(error)
+                }
+            }
+        } catch {
+            if self.json {
+                Swift.print(Self.jsonLine(["type": "failure", "error": "\(error)"]))
+            } else {
+                FileHandle.standardError.write(Data("blip: \(error)\n".utf8))
+            }
+            throw ExitCode(1)
+        }
+        self.print(outcome)
+        if case .error = outcome { throw ExitCode(3) }
+    }
+
+    enum Outcome {
+        case reply(BLIPResponse)
+        case error(BLIPError)
+        case none
+    }
+
+    func makeRequest() throws -> BLIPRequest {
+        var properties = BLIPProperties()
+        for property in self.properties {
+            let parts = property.split(separator: "=", maxSplits: 1)
+            properties[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
+        }
+        var body = ByteBuffer()
+        if let text = self.body {
+            body.writeString(text)
+        } else if let file = self.bodyFile {
+            let data =
+                file == "-"
+                ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: file))
+            body.writeBytes(data)
+        }
+        return BLIPRequest(
+            profile: self.profile,
+            properties: properties,
+            body: body,
+            urgent: self.urgent,
+            compressed: self.compressed
+        )
+    }
+
+    private func print(_ outcome: Outcome) {
+        switch outcome {
+        case .none:
+            Swift.print(
+                self.json ? Self.jsonLine(["type": "none", "properties": [String: String]()]) : "(no reply requested)"
+            )
+        case .reply(let response):
+            self.printMessage(type: "RPY", properties: response.properties, body: response.body, error: nil)
+        case .error(let error):
+            self.printMessage(
+                type: "ERR",
+                properties: error.errorReplyProperties,
+                body: ByteBuffer(string: error.message),
+                error: error
+            )
+        }
+    }
+
+    private func printMessage(type: String, properties: BLIPProperties, body: ByteBuffer, error: BLIPError?) {
+        let text = String(validating: body.readableBytesView, as: UTF8.self)
+        if self.json {
+            var object: [String: Any] = [
+                "type": type,
+                "properties": Dictionary(properties.map { ($0.name, $0.value) }, uniquingKeysWith: { $1 }),
+                "body_base64": Data(body.readableBytesView).base64EncodedString(),
+            ]
+            if let text { object["body"] = text }
+            if let error {
+                object["error_domain"] = error.domain.rawValue
+                object["error_code"] = Int(error.code.rawValue)
+            }
+            Swift.print(Self.jsonLine(object))
+            return
+        }
+        if let error { Swift.print("ERR \(error.domain)/\(error.code)") }
+        for property in properties { Swift.print("\(property.name): \(property.value)") }
+        Swift.print("")
+        Swift.print(text ?? "<\(body.readableBytes) bytes of binary data>")
+    }
+
+    static func jsonLine(_ object: [String: Any]) -> String {
+        let data =
+            (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
+            ?? Data()
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func hexBytes(_ hex: String) -> [UInt8]? {
+        let digits = Array(hex.filter { !$0.isWhitespace && $0 != ":" })
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let byte = UInt8(String(digits[index...index + 1]), radix: 16) else { return nil }
+            bytes.append(byte)
+        }
+        return bytes
+    }
+}
+
+extension String {
+    var trimmed: String {
+        String(self.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+    }
+}

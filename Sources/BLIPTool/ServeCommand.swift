@@ -1,0 +1,101 @@
+internal import ArgumentParser
+internal import BLIP
+internal import BLIPWebSocket
+internal import Dispatch
+internal import Foundation
+internal import Logging
+internal import NIOCore
+internal import Synchronization
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Serve the standard test profiles (echo, sink, error, stats) over WebSocket."
+    )
+
+    @Option(help: "Address to listen on.") var host = "127.0.0.1"
+    @Option(help: "Port to listen on (0 picks a free one).") var port = 4985
+    @Option(help: "Serve only this URL path (default: any path).") var path: String?
+    @Option(help: "Subprotocols spoken, comma-separated, in preference order.")
+    var protocols = "BLIP_3+CBMobile_3,BLIP_3+CBMobile_2,BLIP"
+    @Option(help: "PEM certificate chain for wss://.") var tlsCert: String?
+    @Option(help: "PEM private key for wss://.") var tlsKey: String?
+    @Option(help: "'seed' also serves the 2013 seed dialect to clients offering no subprotocol.")
+    var dialect: DialectOption?
+    @Option(help: "Write every connection's frames under this folder.") var capture: String?
+    @Option(help: "Largest WebSocket message accepted, in bytes.") var maxMessageSize = 1 << 20
+    @Flag(help: "Make every connection a raw echo endpoint (for WebSocket conformance tests).") var echoOnly = false
+    @Flag(help: "Log every message.") var verbose = false
+
+    func validate() throws {
+        if (self.tlsCert == nil) != (self.tlsKey == nil) {
+            throw ValidationError("--tls-cert and --tls-key go together")
+        }
+    }
+
+    func run() async throws {
+        var logger = Logger(label: "blip.serve")
+        logger.logLevel = self.verbose ? .debug : .info
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.host = self.host
+        configuration.port = self.port
+        configuration.path = self.path
+        configuration.subprotocols = self.protocols.split(separator: ",").map { String($0) }
+        configuration.acceptsSeedDialect = self.dialect?.isSeed ?? false
+        configuration.captureDirectory = self.capture
+        configuration.maximumMessageSize = self.maxMessageSize
+        configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
+        configuration.connection.unhandledRequests = .deliver
+        if let certificate = self.tlsCert, let key = self.tlsKey {
+            configuration.tls = .init(certificateChainPath: certificate, privateKeyPath: key)
+        }
+        let profiles = StandardProfiles()
+        var router = BLIPRouter()
+        router.register(profiles)
+        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router, logger: logger)
+        let scheme = self.tlsCert == nil ? "ws" : "wss"
+        // Scripts (and `blip bench --self`) read this line to learn the port.
+        print("blip: listening on \(scheme)://\(self.host):\(server.port)\(self.path ?? "/")")
+        fflush(nil)
+
+        let signals = Self.onTermination { Task { await server.shutdown() } }
+        let connectionLogger = logger
+        defer { signals.forEach { $0.cancel() } }
+        await server.run { accepted in
+            connectionLogger.info(
+                "connection",
+                metadata: [
+                    "remote": "\(accepted.remoteAddress)",
+                    "subprotocol": "\(accepted.subprotocol ?? "none")",
+                    "path": "\(accepted.path)",
+                ]
+            )
+            // Requests to unknown profiles: counted, then answered ERR BLIP/404.
+            Task {
+                for await incoming in accepted.connection.incomingRequests {
+                    profiles.counters.withLock { $0.unhandled += 1 }
+                    if incoming.expectsReply {
+                        try? incoming.respond(
+                            throwing: BLIPError(
+                                code: .notFound,
+                                message: "no handler for \(incoming.request.profile ?? "no profile")"
+                            )
+                        )
+                    }
+                }
+            }
+        }
+        logger.info("stopped")
+    }
+
+    /// Calls `action` on SIGINT or SIGTERM.
+    static func onTermination(_ action: @escaping @Sendable () -> Void) -> [any DispatchSourceSignal] {
+        [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler(handler: action)
+            source.resume()
+            return source
+        }
+    }
+}

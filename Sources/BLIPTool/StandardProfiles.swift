@@ -1,0 +1,75 @@
+internal import BLIP
+internal import Foundation
+internal import NIOCore
+internal import Synchronization
+
+/// The standard test server profiles of performance.md: `echo`, `sink`, `error`, `stats`; no-reply
+/// requests get no reply and unknown profiles ERR BLIP/404 (the connection does both). `source` is an
+/// addition: it sends `Count` bytes back (`Data: random|text`, `Compress: yes`), for benchmarks of the
+/// server-to-client direction.
+final class StandardProfiles: BLIPService {
+    struct Counters: Codable {
+        var echo = 0
+        var sink = 0
+        var source = 0
+        var noReply = 0
+        var error = 0
+        var unhandled = 0
+        var bytesIn = 0
+        var bytesOut = 0
+    }
+
+    let counters = Mutex(Counters())
+
+    func registerHandlers(with router: inout BLIPRouter) {
+        router.register(profile: "echo") { request, context in
+            self.count(request, context) { $0.echo += 1 }
+            self.counters.withLock { $0.bytesOut += request.body.readableBytes }
+            return BLIPResponse(properties: request.properties, body: request.body, compressed: request.isCompressed)
+        }
+        router.registerStreaming(profile: "sink") { request, context in
+            var total = 0
+            for try await piece in request.body { total += piece.readableBytes }
+            self.counters.withLock {
+                $0.sink += 1
+                $0.bytesIn += total
+                if !context.expectsReply { $0.noReply += 1 }
+            }
+            return BLIPResponse(properties: ["Count": "\(total)"], text: "\(total)")
+        }
+        router.register(profile: "source") { request, context in
+            self.count(request, context) { $0.source += 1 }
+            let count = Int(request.properties["Count"] ?? "0") ?? 0
+            let data = BenchmarkData(rawValue: request.properties["Data"] ?? "random") ?? .random
+            self.counters.withLock { $0.bytesOut += count }
+            return BLIPResponse(
+                properties: ["Count": "\(count)"],
+                body: data.bytes(count),
+                compressed: request.properties["Compress"] == "yes"
+            )
+        }
+        router.register(profile: "error") { request, context in
+            self.count(request, context) { $0.error += 1 }
+            throw BLIPError(
+                domain: BLIPError.Domain(rawValue: request.properties["Want-Error-Domain"] ?? "HTTP"),
+                code: BLIPError.Code(rawValue: Int32(request.properties["Want-Error-Code"] ?? "409") ?? 409),
+                message: request.properties["Want-Error-Message"] ?? "conflict"
+            )
+        }
+        router.register(profile: "stats") { request, context in
+            self.count(request, context) { _ in }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let json = try encoder.encode(self.counters.withLock { $0 })
+            return BLIPResponse(properties: ["Content-Type": "application/json"], body: ByteBuffer(bytes: json))
+        }
+    }
+
+    private func count(_ request: BLIPRequest, _ context: BLIPRequestContext, _ bump: (inout Counters) -> Void) {
+        self.counters.withLock { counters in
+            bump(&counters)
+            counters.bytesIn += request.body.readableBytes
+            if !context.expectsReply { counters.noReply += 1 }
+        }
+    }
+}

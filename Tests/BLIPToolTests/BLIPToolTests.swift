@@ -1,0 +1,199 @@
+import ArgumentParser
+import BLIP
+import BLIPWebSocket
+import Foundation
+import NIOCore
+import Testing
+
+@testable import BLIPTool
+
+let fixtures: URL = {
+    var url = URL(fileURLWithPath: #filePath)
+    while url.path != "/" {
+        url.deleteLastPathComponent()
+        if FileManager.default.fileExists(atPath: url.appendingPathComponent("Package.swift").path) {
+            return url.appendingPathComponent("Fixtures")
+        }
+    }
+    fatalError("no Package.swift above \(#filePath)")
+}()
+
+@Suite("blip command line")
+struct ArgumentTests {
+    @Test("request parses its options")
+    func request() throws {
+        let command = try RequestCommand.parse([
+            "ws://127.0.0.1:4985/db", "--profile", "echo", "--prop", "A=1", "--prop", "B=x=y", "--body", "hi",
+            "--urgent", "--compressed", "--subprotocol", "BLIP_3+CBMobile_3", "--subprotocol", "BLIP", "--json",
+        ])
+        #expect(command.url == "ws://127.0.0.1:4985/db" && command.profile == "echo")
+        #expect(command.urgent && command.compressed && command.json && !command.noReply)
+        #expect(command.subprotocols == ["BLIP_3+CBMobile_3", "BLIP"])
+        let request = try command.makeRequest()
+        #expect(request.properties["A"] == "1" && request.properties["B"] == "x=y" && request.profile == "echo")
+        #expect(String(buffer: request.body) == "hi" && request.isUrgent && request.isCompressed)
+    }
+
+    @Test(
+        "invalid combinations are refused",
+        arguments: [
+            ["request", "ws://x", "--profile", "p", "--body", "a", "--body-file", "f"],
+            ["request", "ws://x", "--profile", "p", "--prop", "novalue"],
+            ["request", "ws://x"],
+            ["request", "ws://x", "--profile", "p", "--pin-sha256", "abcd"],
+            ["serve", "--tls-cert", "c.pem"],
+            ["bench"],
+            ["bench", "ws://x", "--self"],
+            ["bench", "--self", "--workload", "nope"],
+            ["decode"],
+            ["decode", "f", "--direction", "up"],
+            ["serve", "--dialect", "blip4"],
+        ]
+    )
+    func invalid(arguments: [String]) {
+        #expect(throws: (any Error).self) { _ = try BLIPTool.parseAsRoot(arguments) }
+    }
+
+    @Test("serve, bench and decode parse their options")
+    func others() throws {
+        let serve = try ServeCommand.parse([
+            "--host", "::1", "--port", "0", "--path", "/db", "--protocols", "BLIP", "--dialect", "seed",
+        ])
+        #expect(serve.port == 0 && serve.path == "/db" && serve.protocols == "BLIP" && serve.dialect?.isSeed == true)
+        let bench = try BenchCommand.parse([
+            "--self", "--workload", "bulk", "--data", "text", "--compressed", "--direction", "down", "--baseline",
+        ])
+        #expect(
+            bench.startsServer && bench.workload == .bulk && bench.data == .text && bench.direction == .down
+                && bench.baseline
+        )
+        let decode = try DecodeCommand.parse(["--dialect", "blip2", "--hex", "01 01 00", "--json"])
+        #expect(decode.dialect == .blip2 && decode.hexFrames == ["01 01 00"] && decode.json)
+    }
+}
+
+@Suite("blip decode")
+struct DecodeTests {
+    @Test(
+        "a capture scenario folder decodes both directions, as the set's manifest says",
+        arguments: [
+            "go-blip/08-multi-frame-with-acks", "go-blip/12-session-sequence", "go-blip-d3/13-token-table",
+            "litecore/09-multi-frame-compressed",
+        ]
+    )
+    func folder(path: String) throws {
+        let command = try DecodeCommand.parse([fixtures.appendingPathComponent(path).path])
+        let (dialect, directions) = try command.loadFrames()
+        let expected = try Self.expectedMessages(path)
+        var decoded: [String: [String: Any]] = [:]
+        for (name, frames) in directions {
+            let result = Dissector(dialect: dialect, direction: name).decode(frames)
+            #expect(result.error == nil)
+            for message in result.messages {
+                decoded["\(name)-\(message["type"]!)#\(message["number"]!)"] = message
+            }
+        }
+        #expect(decoded.count == expected.count)
+        for (key, sha) in expected {
+            #expect(decoded[key]?["body_sha256"] as? String == sha, "\(key)")
+        }
+    }
+
+    static func expectedMessages(_ path: String) throws -> [String: String] {
+        let set = String(path.split(separator: "/")[0])
+        let folder = String(path.split(separator: "/")[1])
+        let manifest =
+            try JSONSerialization.jsonObject(
+                with: Data(contentsOf: fixtures.appendingPathComponent("\(set)/manifest.json"))
+            ) as! [String: Any]
+        let scenario = (manifest["scenarios"] as! [[String: Any]]).first { $0["dir"] as? String == folder }!
+        var result: [String: String] = [:]
+        for message in scenario["messages"] as! [[String: Any]] {
+            let direction = message["direction"] as? String == "client->server" ? "c2s" : "s2c"
+            result["\(direction)-\(message["id"] as! String)"] = message["body_sha256"] as? String
+        }
+        return result
+    }
+
+    @Test("the dialect comes from the set's manifest; a whole set decodes every scenario")
+    func manifests() throws {
+        let scenario = try DecodeCommand.parse([
+            fixtures.appendingPathComponent("go-blip-d3/01-request-with-properties").path
+        ])
+        #expect(try scenario.loadFrames().0 == .blip2)
+        let set = try DecodeCommand.parse([fixtures.appendingPathComponent("go-blip-d3").path])
+        let (dialect, directions) = try set.loadFrames()
+        #expect(dialect == .blip2)
+        #expect(directions.count == 15)  // 8 scenarios, both directions except the no-reply one
+        for (name, frames) in directions {
+            #expect(Dissector(dialect: dialect, direction: name).decode(frames).error == nil, "\(name)")
+        }
+    }
+
+    @Test("a bad frame is marked and stops its direction")
+    func badFrame() throws {
+        let result = Dissector(dialect: .blip3, direction: "c2s").decode([
+            ("ok", ByteBuffer(bytes: [0x01, 0x01, 0x00, 0xD2, 0x02, 0xEF, 0x8D])),
+            ("bad", ByteBuffer(bytes: [0x02, 0x01, 0x00, 0xD2, 0x02, 0xEF, 0x8D])),
+            ("never", ByteBuffer(bytes: [0x03, 0x01, 0x00])),
+        ])
+        #expect(result.messages.count == 1)
+        #expect(result.error?.contains("CRC-32 mismatch") == true)
+        #expect(result.frames.count == 2)
+        #expect(result.lines.last?.contains("!!") == true)
+    }
+}
+
+@Suite("blip request and serve", .timeLimit(.minutes(1)))
+struct RequestExitCodeTests {
+    @Test("exit status 0 for a reply, 3 for an ERR reply, 1 when the connection fails")
+    func exitCodes() async throws {
+        var router = BLIPRouter()
+        router.register(StandardProfiles())
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.port = 0
+        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        async let serving: Void = server.run()
+        let url = "ws://127.0.0.1:\(server.port)/"
+        try await RequestCommand.parse([url, "--profile", "echo", "--body", "x"]).run()
+        let error = await #expect(throws: ExitCode.self) {
+            try await RequestCommand.parse([url, "--profile", "error"]).run()
+        }
+        #expect(error == ExitCode(3))
+        let notFound = await #expect(throws: ExitCode.self) {
+            try await RequestCommand.parse([url, "--profile", "unknown-profile"]).run()
+        }
+        #expect(notFound == ExitCode(3))
+        try await RequestCommand.parse([url, "--profile", "echo", "--no-reply"]).run()
+        await server.shutdown()
+        await serving
+        let failed = await #expect(throws: ExitCode.self) {
+            try await RequestCommand.parse([url, "--profile", "echo"]).run()
+        }
+        #expect(failed == ExitCode(1))
+    }
+
+    @Test("the stats profile counts what the server did")
+    func stats() async throws {
+        let profiles = StandardProfiles()
+        var router = BLIPRouter()
+        router.register(profiles)
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.port = 0
+        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        async let serving: Void = server.run()
+        try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { connection in
+            _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "12345"))
+            _ = try await connection.sendRequest(
+                BLIPRequest(profile: "sink", body: ByteBuffer(repeating: 0, count: 1000))
+            )
+            await #expect(throws: BLIPError.self) { try await connection.sendRequest(BLIPRequest(profile: "error")) }
+            let reply = try await connection.sendRequest(BLIPRequest(profile: "stats"))
+            let stats = try JSONSerialization.jsonObject(with: Data(reply.body.readableBytesView)) as! [String: Int]
+            #expect(stats["echo"] == 1 && stats["sink"] == 1 && stats["error"] == 1)
+            #expect(stats["bytesIn"] == 1005)
+        }
+        await server.shutdown()
+        await serving
+    }
+}
