@@ -52,7 +52,9 @@ struct DecodeCommand: ParsableCommand {
             )
             print(String(decoding: data, as: UTF8.self))
         } else {
-            for result in results { result.lines.forEach { print($0) } }
+            for result in results {
+                for line in result.lines { print(line) }
+            }
         }
         if results.contains(where: { $0.error != nil }) { throw ExitCode(1) }
     }

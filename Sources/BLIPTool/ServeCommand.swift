@@ -60,7 +60,9 @@ struct ServeCommand: AsyncParsableCommand {
 
         let signals = Self.onTermination { Task { await server.shutdown() } }
         let connectionLogger = logger
-        defer { signals.forEach { $0.cancel() } }
+        defer {
+            for source in signals { source.cancel() }
+        }
         await server.run { accepted in
             connectionLogger.info(
                 "connection",
