@@ -42,6 +42,7 @@ struct BenchCommand: AsyncParsableCommand {
         []
     @Option(help: "'seed' speaks the 2013 seed dialect (no subprotocol).") var dialect: DialectOption?
     @Option(help: "Write every frame under this folder.") var capture: String?
+    @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
 
     func validate() throws {
         if self.startsServer == (self.url != nil) { throw ValidationError("give a URL or --self, not both") }
@@ -51,7 +52,7 @@ struct BenchCommand: AsyncParsableCommand {
         var child: Process?
         var url = self.url ?? ""
         if self.startsServer {
-            let (process, port) = try Self.startServer(seed: self.dialect?.isSeed ?? false)
+            let (process, port) = try Self.startServer(seed: self.dialect?.isSeed ?? false, fixedWindow: self.fixedWindow)
             child = process
             url = "ws://127.0.0.1:\(port)/"
         }
@@ -64,7 +65,7 @@ struct BenchCommand: AsyncParsableCommand {
     }
 
     /// Starts `blip serve --port 0` in a child process and reads the port it prints.
-    static func startServer(seed: Bool) throws -> (Process, Int) {
+    static func startServer(seed: Bool, fixedWindow: Bool) throws -> (Process, Int) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         if !FileManager.default.fileExists(atPath: "/proc/self/exe") {

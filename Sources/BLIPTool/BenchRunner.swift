@@ -25,6 +25,7 @@ struct BenchRunner {
         configuration.heartbeatInterval = nil
         configuration.maximumMessageSize = 1 << 20
         configuration.connection.maximumIncomingMessageSize = 1 << 30
+        if self.options.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
         return configuration
     }
 

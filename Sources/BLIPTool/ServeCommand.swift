@@ -25,6 +25,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Write every connection's frames under this folder.") var capture: String?
     @Option(help: "Largest WebSocket message accepted, in bytes.") var maxMessageSize = 1 << 20
     @Flag(help: "Make every connection a raw echo endpoint (for WebSocket conformance tests).") var echoOnly = false
+    @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Flag(help: "Log every message.") var verbose = false
 
     func validate() throws {
@@ -46,6 +47,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maximumMessageSize = self.maxMessageSize
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         configuration.connection.unhandledRequests = .deliver
+        configuration.connection.maximumIncomingMessageSize = 1 << 30
+        if self.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
         if let certificate = self.tlsCert, let key = self.tlsKey {
             configuration.tls = .init(certificateChainPath: certificate, privateKeyPath: key)
         }
