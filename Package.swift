@@ -74,7 +74,7 @@ let package = Package(
         .executableTarget(
             name: "BLIPTool",
             dependencies: [
-                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, crypto, logging,
+                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, crypto, logging,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

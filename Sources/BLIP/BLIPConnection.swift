@@ -36,6 +36,10 @@ public struct BLIPConnection: Sendable, Hashable {
     /// What has crossed the wire so far.
     public var statistics: BLIPConnectionStatistics { self.core.statistics }
 
+    /// The protocol state: every unfinished message with its flow-control counters. For diagnosing a
+    /// connection that waits for something; the format is for people, not for parsing.
+    public var stateDescription: String { self.core.stateDescription }
+
     /// Whether the connection has closed.
     public var isClosed: Bool { self.core.isClosed }
 

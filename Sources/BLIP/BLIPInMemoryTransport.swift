@@ -145,7 +145,12 @@ final class InMemoryLink: Sendable {
             let next = self.ends.withLock { ends -> (BLIPTransportSink, ByteBuffer)? in
                 guard !ends[side].closed, !ends[side].readingPaused, let sink = ends[side].sink,
                     let frame = ends[side].inbox.popFirst()
-                else { return nil }
+                else {
+                    // Cleared under the same lock that saw nothing to deliver: a frame appended from now on
+                    // schedules a new delivery instead of waiting for this one.
+                    ends[side].deliveryScheduled = false
+                    return nil
+                }
                 return (sink, frame)
             }
             guard let (sink, frame) = next else { break }
@@ -153,7 +158,6 @@ final class InMemoryLink: Sendable {
             delivered = true
         }
         let (closedByPeer, sink) = self.ends.withLock { ends -> ((any Error)??, BLIPTransportSink?) in
-            ends[side].deliveryScheduled = false
             guard ends[side].inbox.isEmpty, let reason = ends[side].peerClosed, !ends[side].closed else {
                 return (nil, nil)
             }

@@ -260,7 +260,8 @@ extension BLIPConnectionEngine {
         self.window.acknowledged(
             bytes: newlyAcknowledged,
             roundTrip: roundTrip,
-            wasWindowLimited: state.wasWindowLimited
+            wasWindowLimited: state.wasWindowLimited,
+            now: now
         )
         state.wasWindowLimited = state.isPaused
         guard state.isPaused, state.unacknowledgedBytes < self.window.size else { return false }

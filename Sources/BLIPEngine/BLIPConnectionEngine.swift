@@ -75,6 +75,9 @@ public final class BLIPConnectionEngine {
     /// The current send window (bytes one message may have unacknowledged).
     public var sendWindowSize: Int { self.window.size }
 
+    /// The largest send window so far (what a peer may still have to hold after the window shrank).
+    public var peakSendWindowSize: Int { self.window.peak }
+
     /// The last measured round trip from a frame's send to the ACK covering it.
     public var lastRoundTrip: TimeAmount? { self.window.lastRoundTrip }
 

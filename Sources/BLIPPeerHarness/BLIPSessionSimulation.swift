@@ -190,13 +190,14 @@ final class SimulatedSession {
         for peer in self.peers.values { peer.close() }
     }
 
-    /// A receiver holds at most the sender's window plus one frame of unconsumed data per message.
+    /// A receiver holds at most the sender's window (the largest it has been: what was sent before it shrank
+    /// may still be in flight) plus one frame of unconsumed data per message.
     private func checkMemory() {
         guard self.link.client.dialect.hasFlowControl else { return }
         for side in BLIPPeerLink.Side.allCases {
             let receiver = self.link.engine(side)
             let sender = self.link.engine(side.other)
-            let bound = sender.sendWindowSize + sender.configuration.frameSize
+            let bound = sender.peakSendWindowSize + sender.configuration.frameSize
             for id in self.peers[side]!.incomingIDs {
                 let held = receiver.unconsumedBytes(of: id)
                 if held > bound {

@@ -254,16 +254,17 @@ struct BenchRunner {
                 try await Task.sleep(for: .microseconds(200))
             }
             var latencies: [Duration] = []
-            var during = 0
+            var during: [Duration] = []
             let request = BLIPRequest(profile: "echo", body: BenchmarkData.pattern(100), urgent: urgent)
             for _ in 0..<count {
                 let started = ContinuousClock.now
                 _ = try await connection.sendRequest(request)
-                latencies.append(ContinuousClock.now - started)
-                if !bulkDone.load(ordering: .acquiring) { during += 1 }
+                let latency = ContinuousClock.now - started
+                latencies.append(latency)
+                if !bulkDone.load(ordering: .acquiring) { during.append(latency) }
             }
             _ = try await bulk.value
-            return (latencies.sorted(), during)
+            return (latencies.sorted(), during.sorted())
         }
         return BenchResult(
             workload: name,
@@ -274,7 +275,11 @@ struct BenchRunner {
             data: "pattern",
             compressed: false,
             direction: "both",
-            extra: ["finished_during_bulk": duringBulk]
+            extra: [
+                "finished_during_bulk": duringBulk.count,
+                "during_bulk_p50_us": percentile(duringBulk, 0.5).map { Int($0.seconds * 1e6) } ?? 0,
+                "during_bulk_p99_us": percentile(duringBulk, 0.99).map { Int($0.seconds * 1e6) } ?? 0,
+            ]
         )
     }
 

@@ -88,6 +88,16 @@ struct ServeCommand: AsyncParsableCommand {
                         )
                     }
                 }
+                let statistics = accepted.connection.statistics
+                connectionLogger.info(
+                    "closed",
+                    metadata: [
+                        "remote": "\(accepted.remoteAddress)",
+                        "frames_in": "\(statistics.framesReceived)", "frames_out": "\(statistics.framesSent)",
+                        "bytes_in": "\(statistics.bytesReceived)", "bytes_out": "\(statistics.bytesSent)",
+                        "send_window": "\(statistics.sendWindow)",
+                    ]
+                )
             }
         }
         logger.info("stopped")

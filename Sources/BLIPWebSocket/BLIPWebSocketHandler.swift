@@ -31,6 +31,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     /// Room kept before each BLIP frame for the WebSocket header (at most 14 bytes).
     static let headroom = 14
+    /// Frame bytes one pump writes before it lets the event loop do other work.
+    static let bytesPerTurn = 65_536
 
     private let settings: Settings
     /// Where frames are written when capturing; nil costs one check per frame.
@@ -46,6 +48,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var closeError: (any Error)?
     private var isPumping = false
     private var pumpAgain = false
+    private var isPumpScheduled = false
+    /// A frame buffer allocated but not used by the last pump (there was nothing to send).
+    private var spareBuffer: ByteBuffer?
     private var awaitingPong = false
     private var heartbeat: RepeatedTask?
     private var pongDeadline: Scheduled<Void>?
@@ -85,18 +90,50 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         defer { self.isPumping = false }
         repeat {
             self.pumpAgain = false
-            var wrote = false
+            var written = 0
+            var yielded = false
             while context.channel.isWritable {
-                var buffer = context.channel.allocator.buffer(capacity: self.settings.frameSize + Self.headroom)
-                buffer.writeRepeatingByte(0, count: Self.headroom)
+                if written >= Self.bytesPerTurn {
+                    // Let the loop's other work run (reads, ACKs, the task about to queue an urgent request):
+                    // a pump that ran until the window closed would hold all of it back.
+                    yielded = true
+                    break
+                }
+                var buffer =
+                    self.spareBuffer.take()
+                    ?? context.channel.allocator.buffer(capacity: self.settings.frameSize + Self.headroom)
+                buffer.clear()
+                buffer.moveWriterIndex(forwardBy: Self.headroom)
                 buffer.moveReaderIndex(forwardBy: Self.headroom)
-                guard let kind = sink.nextMessage(into: &buffer) else { break }
-                self.capture?.record(buffer, clientToServer: self.settings.role == .client)
-                self.write(kind == .text ? .text : .binary, buffer, context: context)
-                wrote = true
+                guard let kind = sink.nextMessage(into: &buffer) else {
+                    self.spareBuffer = buffer  // nothing to send: keep it for the next frame
+                    break
+                }
+                if let capture = self.capture {
+                    capture.record(ByteBuffer(buffer.readableBytesView), clientToServer: self.settings.role == .client)
+                }
+                // Handed over, not copied: the client masks the payload in place, which must not trigger a
+                // copy-on-write of the whole frame.
+                written += buffer.readableBytes
+                self.write(kind == .text ? .text : .binary, consume buffer, context: context)
             }
-            if wrote { context.flush() }
+            if written > 0 { context.flush() }
+            if yielded {
+                self.pumpLater(context: context)
+                return
+            }
         } while self.pumpAgain && !self.sentClose && !self.receivedClose
+    }
+
+    /// Pumps again in a task of the event loop, after what is already queued there.
+    private func pumpLater(context: ChannelHandlerContext) {
+        guard !self.isPumpScheduled else { return }
+        self.isPumpScheduled = true
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            loopBound.value.isPumpScheduled = false
+            loopBound.value.pump()
+        }
     }
 
     func setReading(_ enabled: Bool) {
@@ -365,7 +402,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     // MARK: - Writing
 
     /// Writes one WebSocket frame holding the readable bytes of `payload` (not flushed).
-    private func write(_ opcode: WebSocketOpcode, _ payload: ByteBuffer, context: ChannelHandlerContext) {
+    private func write(_ opcode: WebSocketOpcode, _ payload: consuming ByteBuffer, context: ChannelHandlerContext) {
         switch self.settings.role {
         case .server:
             let frame = WebSocketFrame(fin: true, opcode: opcode, data: payload)
@@ -377,27 +414,28 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     /// A client frame: header and mask key in the headroom before the payload when there is room (there
     /// always is for BLIP frames), payload masked eight bytes at a time.
-    private func maskedFrame(_ opcode: WebSocketOpcode, _ payload: ByteBuffer, allocator: ByteBufferAllocator)
-        -> ByteBuffer
-    {
-        var payload = payload
+    private func maskedFrame(
+        _ opcode: WebSocketOpcode,
+        _ payload: consuming ByteBuffer,
+        allocator: ByteBufferAllocator
+    ) -> ByteBuffer {
         let length = payload.readableBytes
         let extendedLength = length < 126 ? 0 : length <= 0xFFFF ? 2 : 8
         let headerLength = 2 + extendedLength + 4
         let key = self.maskRandom.next()
         payload.webSocketMaskWordWide(key)
-        var frame: ByteBuffer
-        if payload.readerIndex >= headerLength {
-            frame = payload
-            frame.moveReaderIndex(to: payload.readerIndex - headerLength)
-            frame.setHeader(opcode: opcode, length: length, extendedLength: extendedLength, key: key)
-        } else {
-            frame = allocator.buffer(capacity: headerLength + length)
+        let payloadStart = payload.readerIndex
+        guard payloadStart >= headerLength else {
+            var frame = allocator.buffer(capacity: headerLength + length)
             frame.writeRepeatingByte(0, count: headerLength)
             frame.setHeader(opcode: opcode, length: length, extendedLength: extendedLength, key: key)
             frame.writeBuffer(&payload)
+            return frame
         }
-        return frame
+        // The only reference to the storage, so the header goes in without a copy.
+        payload.moveReaderIndex(to: payloadStart - headerLength)
+        payload.setHeader(opcode: opcode, length: length, extendedLength: extendedLength, key: key)
+        return payload
     }
 }
 

@@ -11,7 +11,7 @@ public final class BLIPWebSocketTransport: BLIPTransport {
     public let subprotocol: String?
     let eventLoop: any EventLoop
     let handler: NIOLoopBound<BLIPWebSocketHandler>
-    /// Coalesces writer wake-ups from other threads into one hop.
+    /// Coalesces writer wake-ups into one pump per turn of the event loop.
     private let wakeScheduled = Atomic<Bool>(false)
 
     /// Completes once the channel has closed.
@@ -34,11 +34,9 @@ public final class BLIPWebSocketTransport: BLIPTransport {
         self.onLoop { $0.start(sink) }
     }
 
+    /// Frames are pulled in a task of their own, even on the event loop: every reply that handlers produce
+    /// in one turn of the loop then leaves in one batch and one flush, not one system call each.
     public func wakeWriter() {
-        if self.eventLoop.inEventLoop {
-            self.handler.value.pump()
-            return
-        }
         guard !self.wakeScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         self.eventLoop.execute {
             self.wakeScheduled.store(false, ordering: .releasing)

@@ -198,4 +198,29 @@ struct FlowControlTests {
         )
         #expect(fixed / adaptive >= 5)
     }
+
+    /// Queueing shows as a longer round trip: the window must give back what it grew, or the bytes it lets
+    /// sit in socket buffers delay everything behind them (urgent messages included).
+    @Test("the adaptive window grows while the round trip is near its minimum and shrinks when it rises")
+    func adaptiveWindowShrinksUnderQueueing() throws {
+        var configuration = BLIPEngineConfiguration()
+        configuration.sendWindow = .adaptive(initial: 128_000, maximum: 4 << 20)
+        let link = BLIPPeerLink(configuration: configuration)
+        link.oneWayDelay = .milliseconds(1)
+        _ = try link.client.enqueue(request("sink", body: bytes(64 << 20)))
+        func run(steps: Int) throws {
+            for _ in 0..<steps {
+                for side in BLIPPeerLink.Side.allCases { try link.write(from: side) }
+                link.advance(by: .microseconds(500))
+                for side in BLIPPeerLink.Side.allCases { _ = link.deliver(from: side) }
+            }
+        }
+        try run(steps: 20)
+        let grown = link.client.sendWindowSize
+        #expect(grown >= 1 << 20, "grew while the round trip stayed at 2 ms")
+        link.oneWayDelay = .milliseconds(20)
+        try run(steps: 400)
+        #expect(link.client.sendWindowSize < 256_000, "shrank to near the initial window, from \(grown)")
+        #expect(link.client.outgoingCount == 1, "still sending")
+    }
 }

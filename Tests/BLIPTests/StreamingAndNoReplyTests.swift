@@ -87,6 +87,27 @@ struct StreamingAndNoReplyTests {
         }
     }
 
+    /// Regression: with a streaming handler registered, request bodies are consumed by hand, and a whole-body
+    /// request's pieces after the first were counted as 0 bytes consumed, so no ACK went out and a sender
+    /// limited to a fixed window waited forever.
+    @Test("a whole-body request larger than the window, next to a streaming handler, is ACKed and answered")
+    func wholeBodyBesideStreamingHandler() async throws {
+        var router = BLIPRouter()
+        router.registerStreaming(profile: "upload") { request, _ in
+            for try await _ in request.body {}
+            return BLIPResponse()
+        }
+        router.register(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
+        var configuration = BLIPConnection.Configuration()
+        configuration.sendWindow = .fixed(128_000)
+        let peers = InMemoryPeers(router: router, serverConfiguration: configuration)
+        try await peers.run(clientConfiguration: configuration) { connection in
+            let body = pattern(1 << 20)
+            let echoed = try await connection.sendRequest(BLIPRequest(profile: "echo", body: body))
+            #expect(echoed.body == body)
+        }
+    }
+
     @Test("a streamed reply is read piece by piece; an unread one holds the sender back")
     func streamedReply() async throws {
         var router = BLIPRouter()

@@ -39,12 +39,15 @@ extension ConnectionCore {
                 self.replyStarted(message, &state, effects: &effects)
             }
         case .bodyReceived(let id, var body, let isComplete):
-            switch state.inbound[id] {
+            // Taken out of the table while it grows, so that the accumulated body has one owner and
+            // appending to it never copies it.
+            guard let inbound = state.inbound.removeValue(forKey: id) else { break }
+            switch consume inbound {
             case .request(let message, var accumulated, let route):
+                let count = body.readableBytes
                 accumulated.writeBuffer(&body)
-                _ = state.engine.consumed(id, bytes: body.readableBytes)
+                Self.consumed(id, bytes: count, &state, effects: &effects)
                 if isComplete {
-                    state.inbound.removeValue(forKey: id)
                     self.requestComplete(message, body: accumulated, route: route, &state, effects: &effects)
                 } else {
                     state.inbound[id] = .request(message, body: accumulated, route: route)
@@ -52,19 +55,16 @@ extension ConnectionCore {
             case .reply(let message, var accumulated, let waiter):
                 accumulated.writeBuffer(&body)
                 if isComplete {
-                    state.inbound.removeValue(forKey: id)
                     self.replyComplete(message, body: accumulated, waiter: waiter, effects: &effects)
                 } else {
                     state.inbound[id] = .reply(message, body: accumulated, waiter: waiter)
                 }
             case .streamed:
-                if isComplete { state.inbound.removeValue(forKey: id) }
+                if !isComplete { state.inbound[id] = .streamed }
                 Self.yield(body, isComplete: isComplete, to: id, &state, effects: &effects)
             case .discarded:
-                _ = state.engine.consumed(id, bytes: body.readableBytes)
-                if isComplete { state.inbound.removeValue(forKey: id) }
-            case nil:
-                break
+                Self.consumed(id, bytes: body.readableBytes, &state, effects: &effects)
+                if !isComplete { state.inbound[id] = .discarded }
             }
         case .messageFailed(let id, let request, let error):
             let failure = self.connectionError(from: error)
@@ -101,7 +101,7 @@ extension ConnectionCore {
             return
         }
         // Whole requests: consumed as buffered (ACKs flow), handled once complete.
-        _ = state.engine.consumed(message.id, bytes: message.body.readableBytes)
+        Self.consumed(message.id, bytes: message.body.readableBytes, &state, effects: &effects)
         if message.isComplete {
             self.requestComplete(message, body: message.body, route: route, &state, effects: &effects)
         } else {
@@ -272,7 +272,7 @@ extension ConnectionCore {
         guard let request = message.request, let waiter = state.replyWaiters.removeValue(forKey: request) else {
             // Its caller gave up after the request was sent: drain the rest.
             if !message.isComplete { state.inbound[message.id] = .discarded }
-            _ = state.engine.consumed(message.id, bytes: message.body.readableBytes)
+            Self.consumed(message.id, bytes: message.body.readableBytes, &state, effects: &effects)
             return
         }
         if let token = state.tokenOfMessage.removeValue(forKey: request) { state.tokens.removeValue(forKey: token) }
@@ -289,7 +289,7 @@ extension ConnectionCore {
             return
         }
         // An ERR for a streamed reply is read whole and thrown.
-        _ = state.engine.consumed(message.id, bytes: message.body.readableBytes)
+        Self.consumed(message.id, bytes: message.body.readableBytes, &state, effects: &effects)
         if message.isComplete {
             self.replyComplete(message, body: message.body, waiter: waiter, effects: &effects)
         } else {

@@ -5,6 +5,12 @@ internal import NIOCore
 internal import Synchronization
 
 extension ConnectionCore {
+    /// Counts body bytes as read; the writer must run if that made an ACK due (a missed ACK stalls a
+    /// sender that waits on its window).
+    static func consumed(_ id: BLIPIncomingID, bytes: Int, _ state: inout State, effects: inout Effects) {
+        if state.engine.consumed(id, bytes: bytes) { effects.wakeWriter = true }
+    }
+
     /// Hands a body piece to its stream's reader (or keeps it until read).
     static func yield(
         _ body: ByteBuffer,
@@ -14,7 +20,7 @@ extension ConnectionCore {
         effects: inout Effects
     ) {
         guard var stream = state.streams[id] else {
-            _ = state.engine.consumed(id, bytes: body.readableBytes)  // its reader is gone
+            Self.consumed(id, bytes: body.readableBytes, &state, effects: &effects)  // its reader is gone
             return
         }
         if let waiter = stream.waiter, body.readableBytes > 0 || isComplete {
@@ -22,7 +28,7 @@ extension ConnectionCore {
             stream.isComplete = isComplete
             if body.readableBytes > 0 {
                 // Read at once: it counts as consumed now.
-                _ = state.engine.consumed(id, bytes: body.readableBytes)
+                Self.consumed(id, bytes: body.readableBytes, &state, effects: &effects)
                 effects.later { waiter.resume(returning: body) }
             } else {
                 effects.later { waiter.resume(returning: nil) }
@@ -49,38 +55,26 @@ extension ConnectionCore {
         state.streams[id] = stream
     }
 
-    /// The next piece of a body stream; nil at its end.
+    /// The next piece of a body stream; nil at its end. Returns without suspending when a piece is
+    /// already there, which is the common case while a large body streams in.
     func nextChunk(of id: BLIPIncomingID) async throws -> ByteBuffer? {
-        try await withTaskCancellationHandler {
+        var effects = Effects()
+        let ready = self.state.withLock { state in Self.takeReady(id, &state, effects: &effects) }
+        self.perform(effects)
+        if let ready { return try ready.get() }
+        return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
                 var effects = Effects()
                 self.state.withLock { state in
-                    guard var stream = state.streams[id] else {
-                        effects.later { continuation.resume(returning: nil) }
-                        return
-                    }
-                    if let failure = stream.failure {
-                        state.streams.removeValue(forKey: id)
-                        effects.later { continuation.resume(throwing: failure) }
-                        return
-                    }
-                    if let chunk = stream.chunks.popFirst() {
-                        effects.wakeWriter = state.engine.consumed(id, bytes: chunk.readableBytes)
-                        state.streams[id] = stream
-                        effects.later { continuation.resume(returning: chunk) }
-                        return
-                    }
-                    if stream.isComplete {
-                        state.streams.removeValue(forKey: id)
-                        effects.later { continuation.resume(returning: nil) }
+                    if let ready = Self.takeReady(id, &state, effects: &effects) {
+                        effects.later { continuation.resume(with: ready) }
                         return
                     }
                     if Task.isCancelled {
                         effects.later { continuation.resume(throwing: CancellationError()) }
                         return
                     }
-                    stream.waiter = continuation
-                    state.streams[id] = stream
+                    state.streams[id]?.waiter = continuation
                 }
                 self.perform(effects)
             }
@@ -96,13 +90,37 @@ extension ConnectionCore {
         }
     }
 
+    /// What a reader gets without waiting: a kept piece (now consumed), the end, or the stream's failure;
+    /// nil if it has to wait.
+    private static func takeReady(
+        _ id: BLIPIncomingID,
+        _ state: inout State,
+        effects: inout Effects
+    ) -> Result<ByteBuffer?, any Error>? {
+        guard var stream = state.streams[id] else { return .success(nil) }
+        if let failure = stream.failure {
+            state.streams.removeValue(forKey: id)
+            return .failure(failure)
+        }
+        if let chunk = stream.chunks.popFirst() {
+            Self.consumed(id, bytes: chunk.readableBytes, &state, effects: &effects)
+            state.streams[id] = stream
+            return .success(chunk)
+        }
+        if stream.isComplete {
+            state.streams.removeValue(forKey: id)
+            return .success(nil)
+        }
+        return nil
+    }
+
     /// Nobody will read the rest of this body: drop what is kept and let the rest drain.
     func abandonStream(_ id: BLIPIncomingID) {
         var effects = Effects()
         self.state.withLock { state in
             guard let stream = state.streams.removeValue(forKey: id) else { return }
             let kept = stream.chunks.reduce(0) { $0 + $1.readableBytes }
-            effects.wakeWriter = state.engine.consumed(id, bytes: kept)
+            Self.consumed(id, bytes: kept, &state, effects: &effects)
             if case .streamed = state.inbound[id] { state.inbound[id] = .discarded }
         }
         self.perform(effects)

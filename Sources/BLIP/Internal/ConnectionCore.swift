@@ -157,6 +157,8 @@ final class ConnectionCore: Sendable {
 
     var isClosed: Bool { self.state.withLock { $0.closeError != nil } }
 
+    var stateDescription: String { self.state.withLock { $0.engine.debugDescription } }
+
     var statistics: BLIPConnectionStatistics {
         self.state.withLock { state in
             var statistics = state.statistics
