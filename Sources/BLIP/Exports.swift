@@ -1,4 +1,4 @@
+@_exported public import struct BLIPEngine.BLIPEngineConfiguration
 @_exported public import enum BLIPWire.BLIPDialect
 @_exported public import struct BLIPWire.BLIPProperties
 @_exported public import struct BLIPWire.BLIPProperty
-@_exported public import struct BLIPEngine.BLIPEngineConfiguration

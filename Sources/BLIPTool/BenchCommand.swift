@@ -52,7 +52,10 @@ struct BenchCommand: AsyncParsableCommand {
         var child: Process?
         var url = self.url ?? ""
         if self.startsServer {
-            let (process, port) = try Self.startServer(seed: self.dialect?.isSeed ?? false, fixedWindow: self.fixedWindow)
+            let (process, port) = try Self.startServer(
+                seed: self.dialect?.isSeed ?? false,
+                fixedWindow: self.fixedWindow
+            )
             child = process
             url = "ws://127.0.0.1:\(port)/"
         }
