@@ -37,6 +37,8 @@ public final class BLIPWebSocketServer: Sendable {
         /// Connections that get a raw WebSocket endpoint instead of BLIP (echo, and the `sink:N` /
         /// `source:N` commands of the benchmark baselines): those offering this subprotocol, or all.
         public var rawEndpoint = RawEndpointPolicy.none
+        /// What the raw endpoint does with text messages.
+        public var rawEndpointMode = RawEndpointMode.benchmark
         public var connection = BLIPConnection.Configuration()
 
         public init() {}
@@ -48,6 +50,14 @@ public final class BLIPWebSocketServer: Sendable {
         case forSubprotocol(String)
         /// Every connection is raw (for Autobahn, whose client offers no subprotocol).
         case always
+    }
+
+    /// What a raw endpoint does.
+    public enum RawEndpointMode: Hashable, Sendable {
+        /// Echoes, except for the `sink:N` and `source:N` text commands of the benchmark baselines.
+        case benchmark
+        /// Echoes every message, text as text and binary as binary, whatever it says (for Autobahn).
+        case echo
     }
 
     /// The server's certificate chain and private key, as PEM files.
@@ -227,7 +237,7 @@ public final class BLIPWebSocketServer: Sendable {
                             )
                         )
                         try channel.pipeline.syncOperations.addHandler(handler)
-                        handler.start(RawEndpoint())
+                        handler.start(RawEndpoint(mode: configuration.rawEndpointMode))
                         rawChannels.add(channel, isRaw: true)
                         return
                     }
