@@ -120,6 +120,7 @@ public enum BLIPWebSocketClient {
             heartbeatInterval: configuration.heartbeatInterval,
             heartbeatTimeout: configuration.heartbeatTimeout,
             frameSize: configuration.connection.frameSize,
+            maximumMessageSize: configuration.maximumMessageSize,
             logger: logger
         )
         let result = eventLoopGroup.any().makePromise(of: BLIPWebSocketTransport.self)
@@ -285,14 +286,7 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
             let handler = BLIPWebSocketHandler(settings: self.settings, capture: capture)
             let sync = channel.pipeline.syncOperations
             try sync.addHandler(ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: self.maximumMessageSize)))
-            try sync.addHandler(
-                NIOWebSocketFrameAggregator(
-                    minNonFinalFragmentSize: 0,
-                    maxAccumulatedFrameCount: 1 << 16,
-                    maxAccumulatedFrameSize: self.maximumMessageSize
-                )
-            )
-            try sync.addHandler(handler)
+            try sync.addHandler(handler)  // reassembles fragmented messages itself
             self.result.succeed(
                 BLIPWebSocketTransport(
                     dialect: dialect,

@@ -129,6 +129,7 @@ public final class BLIPWebSocketServer: Sendable {
             heartbeatInterval: configuration.heartbeatInterval,
             heartbeatTimeout: configuration.heartbeatTimeout,
             frameSize: configuration.connection.frameSize,
+            maximumMessageSize: configuration.maximumMessageSize,
             logger: logger
         )
         let channel = try await ServerBootstrap(group: eventLoopGroup)
@@ -229,13 +230,6 @@ public final class BLIPWebSocketServer: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     if case .raw = policy.decide(head) {
                         let handler = BLIPWebSocketHandler(settings: settings)
-                        try channel.pipeline.syncOperations.addHandler(
-                            NIOWebSocketFrameAggregator(
-                                minNonFinalFragmentSize: 0,
-                                maxAccumulatedFrameCount: 1 << 16,
-                                maxAccumulatedFrameSize: configuration.maximumMessageSize
-                            )
-                        )
                         try channel.pipeline.syncOperations.addHandler(handler)
                         handler.start(RawEndpoint(mode: configuration.rawEndpointMode))
                         rawChannels.add(channel, isRaw: true)
@@ -248,15 +242,7 @@ public final class BLIPWebSocketServer: Sendable {
                         try BLIPFrameCapture.forNewConnection(under: $0, dialect: dialect, counter: captureCounter)
                     }
                     let handler = BLIPWebSocketHandler(settings: settings, capture: capture)
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(
-                        NIOWebSocketFrameAggregator(
-                            minNonFinalFragmentSize: 0,
-                            maxAccumulatedFrameCount: 1 << 16,
-                            maxAccumulatedFrameSize: configuration.maximumMessageSize
-                        )
-                    )
-                    try sync.addHandler(handler)
+                    try channel.pipeline.syncOperations.addHandler(handler)
                     let transport = BLIPWebSocketTransport(
                         dialect: dialect,
                         subprotocol: subprotocol,
