@@ -6,7 +6,10 @@ struct BLIPTool: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "blip",
         abstract: "BLIP over WebSocket: serve, request, benchmark, decode frames, or watch a demo.",
-        subcommands: [DemoCommand.self, ServeCommand.self, RequestCommand.self, BenchCommand.self, DecodeCommand.self]
+        subcommands: [
+            DemoCommand.self, ServeCommand.self, RequestCommand.self, BenchCommand.self, DecodeCommand.self,
+            AutobahnClientCommand.self,
+        ]
     )
 }
 

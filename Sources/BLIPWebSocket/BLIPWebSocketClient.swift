@@ -92,17 +92,18 @@ public enum BLIPWebSocketClient {
         try await self.handshake(
             to: urlString,
             configuration: configuration,
-            raw: false,
+            rawSink: nil,
             eventLoopGroup: eventLoopGroup,
             logger: logger
         )
     }
 
-    /// The WebSocket handshake; `raw` accepts any offered subprotocol (or none) for a raw endpoint.
+    /// The WebSocket handshake. With `rawSink` (a raw endpoint, not BLIP) any subprotocol answered (or
+    /// none) is accepted, and the sink is attached as the upgrade completes, before any frame is read.
     static func handshake(
         to urlString: String,
         configuration: Configuration,
-        raw: Bool,
+        rawSink: (any FrameSink)?,
         eventLoopGroup: any EventLoopGroup,
         logger: Logger
     ) async throws -> BLIPWebSocketTransport {
@@ -141,10 +142,11 @@ public enum BLIPWebSocketClient {
                     }
                     let upgrader = BLIPClientUpgrader(
                         offered: offered,
-                        usesSeedDialect: configuration.usesSeedDialect || raw,
+                        usesSeedDialect: configuration.usesSeedDialect || rawSink != nil,
                         maximumMessageSize: configuration.maximumMessageSize,
                         settings: settings,
                         captureDirectory: configuration.captureDirectory,
+                        rawSink: rawSink,
                         result: result
                     )
                     try sync.addHTTPClientHandlers(
@@ -226,6 +228,7 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
     let maximumMessageSize: Int
     let settings: BLIPWebSocketHandler.Settings
     let captureDirectory: String?
+    let rawSink: (any FrameSink)?
     let result: EventLoopPromise<BLIPWebSocketTransport>
 
     init(
@@ -234,8 +237,10 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
         maximumMessageSize: Int,
         settings: BLIPWebSocketHandler.Settings,
         captureDirectory: String?,
+        rawSink: (any FrameSink)? = nil,
         result: EventLoopPromise<BLIPWebSocketTransport>
     ) {
+        self.rawSink = rawSink
         self.captureDirectory = captureDirectory
         self.offered = offered
         self.usesSeedDialect = usesSeedDialect
@@ -287,6 +292,8 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
             let sync = channel.pipeline.syncOperations
             try sync.addHandler(ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: self.maximumMessageSize)))
             try sync.addHandler(handler)  // reassembles fragmented messages itself
+            // Frames that came with the 101 response follow at once: a raw sink takes them from the first.
+            if let rawSink = self.rawSink { handler.start(rawSink) }
             self.result.succeed(
                 BLIPWebSocketTransport(
                     dialect: dialect,

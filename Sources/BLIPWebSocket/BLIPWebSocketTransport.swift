@@ -29,11 +29,6 @@ public final class BLIPWebSocketTransport: BLIPTransport {
         self.onLoop { $0.start(BLIPFrameSink(sink)) }
     }
 
-    /// Attaches a raw endpoint instead of a BLIP connection.
-    func startRaw(_ sink: any FrameSink) {
-        self.onLoop { $0.start(sink) }
-    }
-
     public func wakeWriter() {
         if self.eventLoop.inEventLoop {
             self.handler.value.pump()

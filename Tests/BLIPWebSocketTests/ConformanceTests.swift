@@ -243,4 +243,77 @@ struct ConformanceTests {
         await #expect(throws: BLIPConnectionError.self) { _ = try await client.receive() }
         await server.close()
     }
+
+    @Test("an echoing client echoes on its event loop, fragmented messages reassembled, then closes cleanly")
+    func echoingClient() async throws {
+        let server = try await RawWebSocketServer { _ in nil }
+        async let accepted = server.accept()
+        let client = try await BLIPRawWebSocket.connect(
+            to: "ws://127.0.0.1:\(server.port)/",
+            subprotocols: [],
+            echoes: true
+        )
+        let peer = try await accepted
+        let (echoes, code) = try await peer.executeThenClose { inbound, outbound -> ([WebSocketFrame], UInt16?) in
+            var closing = ByteBuffer()
+            closing.write(webSocketErrorCode: .goingAway)
+            try await outbound.write(contentsOf: [
+                WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: "one")),
+                WebSocketFrame(fin: false, opcode: .binary, data: ByteBuffer(string: "tw")),
+                WebSocketFrame(fin: true, opcode: .continuation, data: ByteBuffer(string: "o")),
+                WebSocketFrame(fin: true, opcode: .connectionClose, data: closing),
+            ])
+            var echoes: [WebSocketFrame] = []
+            for try await frame in inbound {
+                if frame.opcode == .connectionClose {
+                    var data = frame.unmaskedData
+                    return (echoes, data.readWebSocketErrorCode().map { UInt16(webSocketErrorCode: $0) })
+                }
+                echoes.append(frame)
+            }
+            return (echoes, nil)
+        }
+        #expect(echoes.map(\.opcode) == [.text, .binary] && echoes.allSatisfy { $0.maskKey != nil })
+        #expect(echoes.map { String(buffer: $0.unmaskedData) } == ["one", "two"])
+        #expect(code == 1001 && client.echoedCount == 2)
+        await client.waitUntilClosed()
+        await server.close()
+    }
+
+    @Test("frames that come with the 101 response reach an echoing client at once: echoed before a bad frame fails it")
+    func framesWithTheHandshake() async throws {
+        // The text "hi", then a frame with the reserved opcode 5, in the same write as the 101 response.
+        let server = try await HandWrittenWebSocketServer(frames: [0x81, 0x02, 0x68, 0x69, 0x85, 0x00])
+        let client = try await BLIPRawWebSocket.connect(
+            to: "ws://127.0.0.1:\(server.port)/",
+            subprotocols: [],
+            echoes: true
+        )
+        let frames = try await server.received.futureResult.get()
+        #expect(frames.map(\.opcode) == [0x1, 0x8])
+        #expect(frames.first?.payload == Array("hi".utf8))
+        #expect(frames.last.map { Array($0.payload.prefix(2)) } == [0x03, 0xEA])  // 1002
+        await client.waitUntilClosed()
+        await server.close()
+    }
+
+    @Test("a message the server sends with its close, right after the handshake, still reaches our client")
+    func messageThenCloseAtOnce() async throws {
+        let server = try await RawWebSocketServer { _ in nil }
+        async let accepted = server.accept()
+        let client = try await BLIPRawWebSocket.connect(to: "ws://127.0.0.1:\(server.port)/", subprotocols: [])
+        let peer = try await accepted
+        try await peer.executeThenClose { _, outbound in
+            var closing = ByteBuffer()
+            closing.write(webSocketErrorCode: .normalClosure)
+            try await outbound.write(contentsOf: [
+                WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: "301")),
+                WebSocketFrame(fin: true, opcode: .connectionClose, data: closing),
+            ])
+        }
+        let first = try await client.receive()
+        #expect(first.map { String(buffer: $0.message) } == "301" && first?.isText == true)
+        #expect(try await client.receive() == nil)
+        await server.close()
+    }
 }
