@@ -115,12 +115,14 @@ final class RawWebSocketServer: Sendable {
 
     var port: Int { self.channel.channel.localAddress!.port! }
 
-    /// The first accepted WebSocket connection.
+    /// The first accepted WebSocket connection; the server stops listening then (each test takes one).
     func accept() async throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame> {
-        for try await upgraded in self.channel.inbound {
-            return try await upgraded.get()
+        try await self.channel.executeThenClose { inbound, _ in
+            for try await upgraded in inbound {
+                return try await upgraded.get()
+            }
+            throw BLIPConnectionError(.connectionClosed, "server closed")
         }
-        throw BLIPConnectionError(.connectionClosed, "server closed")
     }
 
     func close() async {
