@@ -98,6 +98,7 @@ let package = Package(
             name: "BLIPWebSocketTests",
             dependencies: [
                 "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging,
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -9,7 +9,10 @@ struct BLIPTool: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "blip",
         abstract: "BLIP over WebSocket: serve, request, benchmark, decode frames, or watch a demo.",
-        subcommands: [DemoCommand.self, ServeCommand.self, RequestCommand.self, BenchCommand.self, DecodeCommand.self]
+        subcommands: [
+            DemoCommand.self, ServeCommand.self, RequestCommand.self, BenchCommand.self, DecodeCommand.self,
+            AutobahnClientCommand.self,
+        ]
     )
 
     /// Runs Swift concurrency on NIO's event loops, so that a task resumed by a connection's event loop

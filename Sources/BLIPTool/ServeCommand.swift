@@ -24,7 +24,8 @@ struct ServeCommand: AsyncParsableCommand {
     var dialect: DialectOption?
     @Option(help: "Write every connection's frames under this folder.") var capture: String?
     @Option(help: "Largest WebSocket message accepted, in bytes.") var maxMessageSize = 1 << 20
-    @Flag(help: "Make every connection a raw echo endpoint (for WebSocket conformance tests).") var echoOnly = false
+    @Flag(help: "Make every connection a pure echo endpoint, no BLIP (for WebSocket conformance tests).")
+    var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Flag(help: "Log every message.") var verbose = false
 
@@ -46,6 +47,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.captureDirectory = self.capture
         configuration.maximumMessageSize = self.maxMessageSize
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
+        configuration.rawEndpointMode = self.echoOnly ? .echo : .benchmark
         configuration.connection.unhandledRequests = .deliver
         configuration.connection.maximumIncomingMessageSize = 1 << 30
         if self.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }

@@ -21,24 +21,27 @@ public final class BLIPRawWebSocket: Sendable {
     }
 
     /// Connects, offering `subprotocols` (none is fine), and starts receiving.
+    ///
+    /// With `echoes`, every message received is sent straight back (text as text) on the connection's
+    /// event loop, the way a conformance suite's client must: ``receive()`` then only reports the close.
     public static func connect(
         to url: String,
         subprotocols: [String] = [benchmarkSubprotocol],
+        echoes: Bool = false,
         configuration: BLIPWebSocketClient.Configuration = BLIPWebSocketClient.Configuration(),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "blip.websocket.raw")
     ) async throws -> BLIPRawWebSocket {
         var configuration = configuration
         configuration.subprotocols = subprotocols
+        let sink = RawClientSink(echoes: echoes)
         let transport = try await BLIPWebSocketClient.handshake(
             to: url,
             configuration: configuration,
-            raw: true,
+            rawSink: sink,
             eventLoopGroup: eventLoopGroup,
             logger: logger
         )
-        let sink = RawClientSink()
-        transport.startRaw(sink)
         return BLIPRawWebSocket(transport: transport, sink: sink)
     }
 
@@ -56,8 +59,17 @@ public final class BLIPRawWebSocket: Sendable {
         try await self.sink.next()
     }
 
+    /// How many messages were echoed (with `echoes`).
+    public var echoedCount: Int { self.sink.echoedCount }
+
+    /// Starts the close handshake (1000).
     public func close() {
         self.transport.close(.normal)
+    }
+
+    /// Returns once the TCP connection has closed (after the close handshake, or when it was lost).
+    public func waitUntilClosed() async {
+        try? await self.transport.closeFuture.get()
     }
 }
 
@@ -69,9 +81,17 @@ final class RawClientSink: FrameSink {
         var waiter: CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>?
         var closed = false
         var error: (any Error)?
+        var echoed = 0
     }
 
     private let state = Mutex(State())
+    private let echoes: Bool
+
+    init(echoes: Bool = false) {
+        self.echoes = echoes
+    }
+
+    var echoedCount: Int { self.state.withLock { $0.echoed } }
 
     func enqueue(_ message: ByteBuffer, text: Bool) {
         self.state.withLock { $0.outbound.append((message, text ? .text : .binary)) }
@@ -91,6 +111,14 @@ final class RawClientSink: FrameSink {
     }
 
     func received(_ message: ByteBuffer, isText: Bool) -> Bool {
+        if self.echoes {
+            // Queued here, written by the handler's next pump (at the end of this read at the latest).
+            self.state.withLock { state in
+                state.outbound.append((message, isText ? .text : .binary))
+                state.echoed += 1
+            }
+            return true
+        }
         let waiter = self.state.withLock {
             state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
             guard let waiter = state.waiter else {

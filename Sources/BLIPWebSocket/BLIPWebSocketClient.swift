@@ -92,17 +92,18 @@ public enum BLIPWebSocketClient {
         try await self.handshake(
             to: urlString,
             configuration: configuration,
-            raw: false,
+            rawSink: nil,
             eventLoopGroup: eventLoopGroup,
             logger: logger
         )
     }
 
-    /// The WebSocket handshake; `raw` accepts any offered subprotocol (or none) for a raw endpoint.
+    /// The WebSocket handshake. With `rawSink` (a raw endpoint, not BLIP) any subprotocol answered (or
+    /// none) is accepted, and the sink is attached as the upgrade completes, before any frame is read.
     static func handshake(
         to urlString: String,
         configuration: Configuration,
-        raw: Bool,
+        rawSink: (any FrameSink)?,
         eventLoopGroup: any EventLoopGroup,
         logger: Logger
     ) async throws -> BLIPWebSocketTransport {
@@ -120,6 +121,7 @@ public enum BLIPWebSocketClient {
             heartbeatInterval: configuration.heartbeatInterval,
             heartbeatTimeout: configuration.heartbeatTimeout,
             frameSize: configuration.connection.frameSize,
+            maximumMessageSize: configuration.maximumMessageSize,
             logger: logger
         )
         let result = eventLoopGroup.any().makePromise(of: BLIPWebSocketTransport.self)
@@ -144,10 +146,11 @@ public enum BLIPWebSocketClient {
                     }
                     let upgrader = BLIPClientUpgrader(
                         offered: offered,
-                        usesSeedDialect: configuration.usesSeedDialect || raw,
+                        usesSeedDialect: configuration.usesSeedDialect || rawSink != nil,
                         maximumMessageSize: configuration.maximumMessageSize,
                         settings: settings,
                         captureDirectory: configuration.captureDirectory,
+                        rawSink: rawSink,
                         result: result
                     )
                     try sync.addHTTPClientHandlers(
@@ -229,6 +232,7 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
     let maximumMessageSize: Int
     let settings: BLIPWebSocketHandler.Settings
     let captureDirectory: String?
+    let rawSink: (any FrameSink)?
     let result: EventLoopPromise<BLIPWebSocketTransport>
 
     init(
@@ -237,8 +241,10 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
         maximumMessageSize: Int,
         settings: BLIPWebSocketHandler.Settings,
         captureDirectory: String?,
+        rawSink: (any FrameSink)? = nil,
         result: EventLoopPromise<BLIPWebSocketTransport>
     ) {
+        self.rawSink = rawSink
         self.captureDirectory = captureDirectory
         self.offered = offered
         self.usesSeedDialect = usesSeedDialect
@@ -289,14 +295,9 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
             let handler = BLIPWebSocketHandler(settings: self.settings, capture: capture)
             let sync = channel.pipeline.syncOperations
             try sync.addHandler(ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: self.maximumMessageSize)))
-            try sync.addHandler(
-                NIOWebSocketFrameAggregator(
-                    minNonFinalFragmentSize: 0,
-                    maxAccumulatedFrameCount: 1 << 16,
-                    maxAccumulatedFrameSize: self.maximumMessageSize
-                )
-            )
-            try sync.addHandler(handler)
+            try sync.addHandler(handler)  // reassembles fragmented messages itself
+            // Frames that came with the 101 response follow at once: a raw sink takes them from the first.
+            if let rawSink = self.rawSink { handler.start(rawSink) }
             self.result.succeed(
                 BLIPWebSocketTransport(
                     dialect: dialect,

@@ -9,6 +9,11 @@ internal import NIOWebSocket
 /// right codes (1000 normal, 1011 protocol violation, 1003 text message, 1002 WebSocket protocol error,
 /// 1009 too large; never 1005 or 1006).
 ///
+/// It checks what NIO's frame decoder leaves to the application (RFC 6455 5-8): reserved bits and
+/// opcodes, masking in each direction, fragmentation (it reassembles fragmented messages itself), UTF-8 in
+/// text messages (fragment by fragment) and close reasons, close codes and one-byte close payloads.
+/// Autobahn|Testsuite cases 1-7, 9 and 10 run against it in both roles (`.ci/autobahn.sh`).
+///
 /// The client writes its frames itself (header and word-wide masking, straight into the headroom left
 /// before each BLIP frame); the server hands unmasked frames to NIO's encoder, which writes the header
 /// into the same headroom.
@@ -26,6 +31,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         var heartbeatTimeout: TimeAmount
         var closeTimeout = TimeAmount.seconds(2)
         var frameSize: Int
+        /// The largest message accepted, fragments reassembled (larger ones close the connection with 1009).
+        var maximumMessageSize: Int
         var logger: Logger
     }
 
@@ -41,6 +48,11 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var sink: (any FrameSink)?
     /// Messages that arrived before the connection started.
     private var early: [(ByteBuffer, isText: Bool)] = []
+    /// The message being reassembled from fragments (unmasked), if one has begun.
+    private var fragments: ByteBuffer?
+    private var fragmentsAreText = false
+    /// Checks a text message's fragments as they arrive.
+    private var utf8 = UTF8Validator()
     private var sentClose = false
     private var receivedClose = false
     private var reportedClosed = false
@@ -66,15 +78,14 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     func start(_ sink: any FrameSink) {
         self.sink = sink
-        if self.reportedClosed {
-            sink.closed(
-                self.closeError ?? BLIPConnectionError(.connectionClosed, "the connection closed before it started")
-            )
-            return
-        }
+        // Messages that came before the close frame are delivered even when both came before the start.
         let early = self.early
         self.early.removeAll()
         for (message, isText) in early { self.deliver(message, isText: isText) }
+        if self.reportedClosed {
+            sink.closed(self.closeError)
+            return
+        }
         self.pump()
     }
 
@@ -125,6 +136,13 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         } while self.pumpAgain && !self.sentClose && !self.receivedClose
     }
 
+    /// The connection has something to send: pumps in a task of the event loop, after what is already
+    /// queued there, so that everything produced in one turn of the loop leaves in one batch.
+    func wake() {
+        guard let context else { return }
+        self.pumpLater(context: context)
+    }
+
     /// Pumps again in a task of the event loop, after what is already queued there.
     private func pumpLater(context: ChannelHandlerContext) {
         guard !self.isPumpScheduled else { return }
@@ -170,37 +188,20 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = Self.unwrapInboundIn(data)
+        guard !self.receivedClose else { return }  // nothing counts after the peer's close frame
+        // No extension is negotiated, so no reserved bit may be set (RFC 6455 5.2), on any frame.
         guard frame.reservedBits.isEmpty else {
             return self.failProtocol(.protocolError, "reserved bits set")
         }
-        // Clients mask every frame, servers none (RFC 6455 5.1). Fragmented messages come unmasked from the
-        // aggregator, which has checked and removed the masks.
-        if frame.fin && frame.opcode == .binary || frame.opcode.isControlOpcode {
-            let masked = frame.maskKey != nil
-            if self.settings.role == .server && !masked && frame.opcode != .binary {
-                return self.failProtocol(.protocolError, "unmasked frame from a client")
-            }
-            if self.settings.role == .client && masked {
-                return self.failProtocol(.protocolError, "masked frame from a server")
-            }
+        // Clients mask every frame, servers none (RFC 6455 5.1): checked frame by frame, fragments too.
+        switch (self.settings.role, frame.maskKey) {
+        case (.server, nil): return self.failProtocol(.protocolError, "unmasked frame from a client")
+        case (.client, .some): return self.failProtocol(.protocolError, "masked frame from a server")
+        default: break
         }
         switch frame.opcode {
-        case .binary, .text:
-            guard !self.receivedClose && !self.sentClose else { return }
-            var payload = frame.data
-            if let key = frame.maskKey {
-                payload.webSocketMaskWordWide((key[0], key[1], key[2], key[3]))
-            }
-            let isText = frame.opcode == .text
-            if isText && String(validating: payload.readableBytesView, as: UTF8.self) == nil {
-                return self.failProtocol(.dataInconsistentWithMessage, "text message is not UTF-8")
-            }
-            if !isText { self.capture?.record(payload, clientToServer: self.settings.role == .server) }
-            if self.sink != nil {
-                self.deliver(payload, isText: isText)
-            } else {
-                self.early.append((payload, isText))
-            }
+        case .continuation, .binary, .text:
+            self.receivedData(frame)
         case .ping:
             guard !self.sentClose else { return }
             self.write(.pong, frame.unmaskedData, context: context)
@@ -212,7 +213,63 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         case .connectionClose:
             self.receivedClose(frame)
         default:
-            self.failProtocol(.protocolError, "unexpected opcode \(frame.opcode)")
+            self.failProtocol(.protocolError, "reserved opcode \(frame.opcode)")
+        }
+    }
+
+    /// A data frame: a whole message, or a fragment of one (RFC 6455 5.4), reassembled here rather than by
+    /// NIO's aggregator so that every fragment is checked (reserved bits, mask, UTF-8 as it arrives) and a
+    /// message may come in any number of fragments, as long as it fits ``Settings/maximumMessageSize``.
+    private func receivedData(_ frame: WebSocketFrame) {
+        guard !self.sentClose else { return }  // closing: the peer's data is dropped
+        var payload = frame.data
+        if let key = frame.maskKey {
+            payload.webSocketMaskWordWide((key[0], key[1], key[2], key[3]))
+        }
+        let isText: Bool
+        var message: ByteBuffer
+        if frame.opcode == .continuation {
+            guard let started = self.fragments else {
+                return self.failProtocol(.protocolError, "continuation frame with no message to continue")
+            }
+            self.fragments = nil  // appended to below without a copy
+            isText = self.fragmentsAreText
+            message = started
+            guard payload.readableBytes <= self.settings.maximumMessageSize - message.readableBytes else {
+                return self.failProtocol(
+                    .messageTooLarge,
+                    "message larger than \(self.settings.maximumMessageSize) bytes"
+                )
+            }
+        } else {
+            guard self.fragments == nil else {
+                return self.failProtocol(.protocolError, "new message before the fragmented one ended")
+            }
+            isText = frame.opcode == .text
+            if isText { self.utf8 = UTF8Validator() }
+            message = ByteBuffer()
+        }
+        // Text is checked as it arrives: invalid UTF-8 fails the connection at once (RFC 6455 8.1).
+        if isText {
+            guard payload.withUnsafeReadableBytes({ self.utf8.feed($0) }), !frame.fin || self.utf8.isComplete else {
+                return self.failProtocol(.dataInconsistentWithMessage, "text message is not UTF-8")
+            }
+        }
+        if message.readableBytes == 0 {
+            message = payload  // the first fragment, or a whole message: no copy
+        } else {
+            message.writeBuffer(&payload)
+        }
+        guard frame.fin else {
+            self.fragments = message
+            self.fragmentsAreText = isText
+            return
+        }
+        if !isText { self.capture?.record(message, clientToServer: self.settings.role == .server) }
+        if self.sink != nil {
+            self.deliver(message, isText: isText)
+        } else {
+            self.early.append((message, isText))
         }
     }
 
@@ -226,13 +283,14 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        // Replies and ACKs that the reads produced go out in one flush.
-        self.pump()
+        // Replies and ACKs that the reads produced go out in one flush, after the tasks the reads woke
+        // (handlers answering, callers about to send) have run.
+        self.pumpLater(context: context)
         context.fireChannelReadComplete()
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { self.pump() }
+        if context.channel.isWritable { self.pumpLater(context: context) }
         context.fireChannelWritabilityChanged()
     }
 
@@ -251,9 +309,13 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         switch error {
         case let error as NIOWebSocketError:
-            self.failProtocol(error == .invalidFrameLength ? .messageTooLarge : .protocolError, "\(error)")
-        case let error as NIOWebSocketFrameAggregator.Error:
-            self.failProtocol(error == .accumulatedFrameSizeIsTooLarge ? .messageTooLarge : .protocolError, "\(error)")
+            // The decoder cannot go on (a frame over the limit, a fragmented or long control frame): nothing
+            // more can be read, not even the peer's close frame, so the connection ends once ours is sent.
+            self.failProtocol(
+                error == .invalidFrameLength ? .messageTooLarge : .protocolError,
+                "\(error)",
+                thenCloseConnection: true
+            )
         default:
             self.settings.logger.debug("transport error", metadata: ["blip.error": "\(error)"])
             self.reportClosed(BLIPConnectionError(.transportFailed, "\(error)", underlying: error))
@@ -265,6 +327,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     private func receivedClose(_ frame: WebSocketFrame) {
         guard !self.receivedClose else { return }  // a second close frame is tolerated
+        // What the messages before the close produced (replies, echoes) goes out before the answering close.
+        self.pump()
         self.receivedClose = true
         var data = frame.unmaskedData
         var code = WebSocketErrorCode.normalClosure
@@ -276,10 +340,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 return self.failProtocol(.protocolError, "invalid close code \(UInt16(webSocketErrorCode: received))")
             }
             code = received
-            guard let text = String(validating: data.readableBytesView, as: UTF8.self) else {
+            guard data.withUnsafeReadableBytes(UTF8Validator.isValid) else {
                 return self.failProtocol(.dataInconsistentWithMessage, "close reason is not UTF-8")
             }
-            reason = text
+            reason = String(buffer: data)
         }
         let number = UInt16(webSocketErrorCode: code)
         let error: (any Error)? =
@@ -301,7 +365,14 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.finishClose()
     }
 
-    private func startClose(_ code: WebSocketErrorCode, reason: String, error: (any Error)?) {
+    /// Sends a close frame with `code`, reports the connection closed, then waits (a little) for the
+    /// peer's close frame, or with `thenCloseConnection` closes the TCP connection once the frame is out.
+    private func startClose(
+        _ code: WebSocketErrorCode,
+        reason: String,
+        error: (any Error)?,
+        thenCloseConnection: Bool = false
+    ) {
         guard !self.sentClose, let context else {
             self.reportClosed(error)
             return
@@ -312,6 +383,15 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         var payload = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
         payload.write(webSocketErrorCode: code)
         payload.writeString(String(reason.utf8.prefix(123)) ?? "")  // control frames carry at most 125 bytes
+        if thenCloseConnection {
+            self.stopTimers()
+            let promise = context.eventLoop.makePromise(of: Void.self)
+            self.write(.connectionClose, payload, context: context, promise: promise)
+            context.flush()
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            promise.futureResult.whenComplete { _ in loopBound.value.close(promise: nil) }
+            return
+        }
         self.write(.connectionClose, payload, context: context)
         context.flush()
         if self.receivedClose {
@@ -340,9 +420,18 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         }
     }
 
-    private func failProtocol(_ code: WebSocketErrorCode, _ message: String) {
+    /// Fails the connection (RFC 6455 7.1.7) for something the peer did wrong.
+    private func failProtocol(_ code: WebSocketErrorCode, _ message: String, thenCloseConnection: Bool = false) {
         self.settings.logger.debug("WebSocket protocol error", metadata: ["blip.error": "\(message)"])
-        self.startClose(code, reason: message, error: BLIPConnectionError(.protocolViolation, message))
+        self.fragments = nil
+        // What earlier messages produced (replies, echoes) still goes out, before the close frame.
+        self.pump()
+        self.startClose(
+            code,
+            reason: message,
+            error: BLIPConnectionError(.protocolViolation, message),
+            thenCloseConnection: thenCloseConnection
+        )
     }
 
     private func reportClosed(_ error: (any Error)?) {
@@ -402,13 +491,21 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     // MARK: - Writing
 
     /// Writes one WebSocket frame holding the readable bytes of `payload` (not flushed).
-    private func write(_ opcode: WebSocketOpcode, _ payload: consuming ByteBuffer, context: ChannelHandlerContext) {
+    private func write(
+        _ opcode: WebSocketOpcode,
+        _ payload: consuming ByteBuffer,
+        context: ChannelHandlerContext,
+        promise: EventLoopPromise<Void>? = nil
+    ) {
         switch self.settings.role {
         case .server:
             let frame = WebSocketFrame(fin: true, opcode: opcode, data: payload)
-            context.write(NIOAny(frame), promise: nil)
+            context.write(NIOAny(frame), promise: promise)
         case .client:
-            context.write(NIOAny(self.maskedFrame(opcode, payload, allocator: context.channel.allocator)), promise: nil)
+            context.write(
+                NIOAny(self.maskedFrame(opcode, payload, allocator: context.channel.allocator)),
+                promise: promise
+            )
         }
     }
 

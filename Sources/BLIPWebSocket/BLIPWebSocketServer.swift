@@ -37,6 +37,8 @@ public final class BLIPWebSocketServer: Sendable {
         /// Connections that get a raw WebSocket endpoint instead of BLIP (echo, and the `sink:N` /
         /// `source:N` commands of the benchmark baselines): those offering this subprotocol, or all.
         public var rawEndpoint = RawEndpointPolicy.none
+        /// What the raw endpoint does with text messages.
+        public var rawEndpointMode = RawEndpointMode.benchmark
         public var connection = BLIPConnection.Configuration()
 
         public init() {}
@@ -48,6 +50,14 @@ public final class BLIPWebSocketServer: Sendable {
         case forSubprotocol(String)
         /// Every connection is raw (for Autobahn, whose client offers no subprotocol).
         case always
+    }
+
+    /// What a raw endpoint does.
+    public enum RawEndpointMode: Hashable, Sendable {
+        /// Echoes, except for the `sink:N` and `source:N` text commands of the benchmark baselines.
+        case benchmark
+        /// Echoes every message, text as text and binary as binary, whatever it says (for Autobahn).
+        case echo
     }
 
     /// The server's certificate chain and private key, as PEM files.
@@ -119,6 +129,7 @@ public final class BLIPWebSocketServer: Sendable {
             heartbeatInterval: configuration.heartbeatInterval,
             heartbeatTimeout: configuration.heartbeatTimeout,
             frameSize: configuration.connection.frameSize,
+            maximumMessageSize: configuration.maximumMessageSize,
             logger: logger
         )
         let channel = try await ServerBootstrap(group: eventLoopGroup)
@@ -223,15 +234,8 @@ public final class BLIPWebSocketServer: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     if case .raw = policy.decide(head) {
                         let handler = BLIPWebSocketHandler(settings: settings)
-                        try channel.pipeline.syncOperations.addHandler(
-                            NIOWebSocketFrameAggregator(
-                                minNonFinalFragmentSize: 0,
-                                maxAccumulatedFrameCount: 1 << 16,
-                                maxAccumulatedFrameSize: configuration.maximumMessageSize
-                            )
-                        )
                         try channel.pipeline.syncOperations.addHandler(handler)
-                        handler.start(RawEndpoint())
+                        handler.start(RawEndpoint(mode: configuration.rawEndpointMode))
                         rawChannels.add(channel, isRaw: true)
                         return
                     }
@@ -242,15 +246,7 @@ public final class BLIPWebSocketServer: Sendable {
                         try BLIPFrameCapture.forNewConnection(under: $0, dialect: dialect, counter: captureCounter)
                     }
                     let handler = BLIPWebSocketHandler(settings: settings, capture: capture)
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(
-                        NIOWebSocketFrameAggregator(
-                            minNonFinalFragmentSize: 0,
-                            maxAccumulatedFrameCount: 1 << 16,
-                            maxAccumulatedFrameSize: configuration.maximumMessageSize
-                        )
-                    )
-                    try sync.addHandler(handler)
+                    try channel.pipeline.syncOperations.addHandler(handler)
                     let transport = BLIPWebSocketTransport(
                         dialect: dialect,
                         subprotocol: subprotocol,

@@ -29,14 +29,13 @@ public final class BLIPWebSocketTransport: BLIPTransport {
         self.onLoop { $0.start(BLIPFrameSink(sink)) }
     }
 
-    /// Attaches a raw endpoint instead of a BLIP connection.
-    func startRaw(_ sink: any FrameSink) {
-        self.onLoop { $0.start(sink) }
-    }
-
     /// Frames are pulled in a task of their own, even on the event loop: every reply that handlers produce
     /// in one turn of the loop then leaves in one batch and one flush, not one system call each.
     public func wakeWriter() {
+        if self.eventLoop.inEventLoop {
+            self.handler.value.wake()
+            return
+        }
         guard !self.wakeScheduled.exchange(true, ordering: .acquiringAndReleasing) else { return }
         self.eventLoop.execute {
             self.wakeScheduled.store(false, ordering: .releasing)

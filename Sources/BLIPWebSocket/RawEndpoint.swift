@@ -3,9 +3,11 @@ internal import NIOCore
 internal import Synchronization
 
 /// A raw WebSocket endpoint for measuring the transport without BLIP, and for Autobahn: it echoes every
-/// message (text as text), except for two text commands used by the benchmark baselines:
+/// message (text as text, binary as binary). In ``BLIPWebSocketServer/RawEndpointMode/benchmark`` mode it
+/// also obeys two text commands used by the benchmark baselines:
 /// `sink:N` counts the next N binary bytes without echoing and then answers the text `N`;
 /// `source:N` sends N bytes as 16 KiB binary messages, then the text `done`.
+/// In ``BLIPWebSocketServer/RawEndpointMode/echo`` mode those are echoed like any other text.
 final class RawEndpoint: FrameSink {
     private struct State {
         var outbound: Deque<(ByteBuffer, MessageKind)> = []
@@ -16,11 +18,18 @@ final class RawEndpoint: FrameSink {
     }
 
     private let state = Mutex(State())
+    private let interpretsCommands: Bool
     private static let chunk = ByteBuffer(repeating: 0x5A, count: 16_384)
+
+    init(mode: BLIPWebSocketServer.RawEndpointMode) {
+        self.interpretsCommands = mode == .benchmark
+    }
 
     func received(_ message: ByteBuffer, isText: Bool) -> Bool {
         self.state.withLock { state in
-            if isText {
+            if !self.interpretsCommands {
+                state.outbound.append((message, isText ? .text : .binary))
+            } else if isText {
                 let text = String(buffer: message)
                 if text.hasPrefix("sink:"), let count = Int(text.dropFirst(5)) {
                     state.sinkRemaining = count

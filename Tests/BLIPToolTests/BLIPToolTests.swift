@@ -72,6 +72,19 @@ struct ArgumentTests {
     }
 }
 
+@Suite("blip autobahn-client")
+struct AutobahnClientArgumentTests {
+    @Test("autobahn-client parses its options and stays out of the help")
+    func parses() throws {
+        let command = try AutobahnClientCommand.parse([
+            "--url", "ws://127.0.0.1:9002", "--agent", "swift-blip", "--case", "3", "--case", "7",
+        ])
+        #expect(command.url == "ws://127.0.0.1:9002" && command.agent == "swift-blip" && command.cases == [3, 7])
+        #expect(throws: (any Error).self) { _ = try BLIPTool.parseAsRoot(["autobahn-client", "--url", "http://x/"]) }
+        #expect(!BLIPTool.helpMessage().contains("autobahn"))
+    }
+}
+
 @Suite("blip decode")
 struct DecodeTests {
     @Test(

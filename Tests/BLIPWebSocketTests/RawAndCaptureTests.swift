@@ -38,6 +38,25 @@ struct RawAndCaptureTests {
         }
     }
 
+    @Test("in echo mode (serve --echo-only) the benchmark commands are echoed like any text; any subprotocol")
+    func pureEchoMode() async throws {
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.rawEndpoint = .always
+        configuration.rawEndpointMode = .echo
+        try await withServer(configuration) { server in
+            let raw = try await BLIPRawWebSocket.connect(to: "ws://127.0.0.1:\(server.port)/", subprotocols: [])
+            for command in ["sink:10", "source:10", "sink:0"] {
+                raw.send(ByteBuffer(string: command), text: true)
+                let reply = try await raw.receive()
+                #expect(reply.map { String(buffer: $0.message) } == command && reply?.isText == true)
+            }
+            raw.send(ByteBuffer(bytes: [0, 1, 2]))
+            let reply = try await raw.receive()
+            #expect(reply?.message == ByteBuffer(bytes: [0, 1, 2]) && reply?.isText == false)
+            raw.close()
+        }
+    }
+
     @Test("--capture writes every frame of a connection in the fixtures format, decodable per direction")
     func capture() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(

@@ -1,5 +1,6 @@
 import BLIP
 import BLIPWebSocket
+import Crypto
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -114,12 +115,14 @@ final class RawWebSocketServer: Sendable {
 
     var port: Int { self.channel.channel.localAddress!.port! }
 
-    /// The first accepted WebSocket connection.
+    /// The first accepted WebSocket connection; the server stops listening then (each test takes one).
     func accept() async throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame> {
-        for try await upgraded in self.channel.inbound {
-            return try await upgraded.get()
+        try await self.channel.executeThenClose { inbound, _ in
+            for try await upgraded in inbound {
+                return try await upgraded.get()
+            }
+            throw BLIPConnectionError(.connectionClosed, "server closed")
         }
-        throw BLIPConnectionError(.connectionClosed, "server closed")
     }
 
     func close() async {
@@ -205,4 +208,88 @@ func standardRouter() -> BLIPRouter {
 func pattern(_ count: Int) -> ByteBuffer {
     let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8)
     return ByteBuffer(bytes: (0..<count).map { alphabet[$0 % alphabet.count] })
+}
+
+/// A WebSocket server written by hand, for what NIO's server cannot do: it answers the upgrade request
+/// with the 101 response and `frames` in a single write (so that they reach the client together), then
+/// collects the client's frames (unmasked) until the client sends a close frame, and hangs up.
+final class HandWrittenWebSocketServer: Sendable {
+    let channel: any Channel
+    let received: EventLoopPromise<[(opcode: UInt8, payload: [UInt8])]>
+
+    init(frames: [UInt8]) async throws {
+        let received = MultiThreadedEventLoopGroup.singleton.any().makePromise(
+            of: [(opcode: UInt8, payload: [UInt8])].self
+        )
+        self.received = received
+        self.channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(Handler(frames: frames, received: received))
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+    }
+
+    var port: Int { self.channel.localAddress!.port! }
+
+    func close() async {
+        self.received.fail(BLIPConnectionError(.connectionClosed, "server closed"))
+        try? await self.channel.close()
+    }
+
+    private final class Handler: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        typealias OutboundOut = ByteBuffer
+
+        let frames: [UInt8]
+        let received: EventLoopPromise<[(opcode: UInt8, payload: [UInt8])]>
+        var bytes: [UInt8] = []
+        var answered = false
+        var collected: [(opcode: UInt8, payload: [UInt8])] = []
+
+        init(frames: [UInt8], received: EventLoopPromise<[(opcode: UInt8, payload: [UInt8])]>) {
+            self.frames = frames
+            self.received = received
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            self.bytes += Self.unwrapInboundIn(data).readableBytesView
+            if !self.answered {
+                guard let end = self.bytes.firstRange(of: Array("\r\n\r\n".utf8)) else { return }
+                let request = String(decoding: self.bytes[..<end.lowerBound], as: UTF8.self)
+                self.bytes.removeSubrange(..<end.upperBound)
+                let key =
+                    request.split(separator: "\r\n")
+                    .first { $0.lowercased().hasPrefix("sec-websocket-key:") }
+                    .map { $0.dropFirst("sec-websocket-key:".count).trimmingCharacters(in: .whitespaces) } ?? ""
+                let accept = Data(Insecure.SHA1.hash(data: Data((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").utf8)))
+                    .base64EncodedString()
+                let response =
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                    + "Sec-WebSocket-Accept: \(accept)\r\n\r\n"
+                self.answered = true
+                context.writeAndFlush(Self.wrapOutboundOut(ByteBuffer(bytes: Array(response.utf8) + self.frames)))
+                    .whenComplete { _ in }
+            }
+            // Masked client frames with payloads under 126 bytes are all this needs to read.
+            while self.bytes.count >= 6, self.bytes[1] & 0x7F < 126, self.bytes.count >= 6 + Int(self.bytes[1] & 0x7F) {
+                let length = Int(self.bytes[1] & 0x7F)
+                let key = Array(self.bytes[2..<6])
+                let payload = (0..<length).map { self.bytes[6 + $0] ^ key[$0 % 4] }
+                self.collected.append((self.bytes[0] & 0x0F, payload))
+                self.bytes.removeFirst(6 + length)
+                if self.collected.last?.opcode == 0x8 {
+                    context.close(promise: nil)
+                    return
+                }
+            }
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            self.received.succeed(self.collected)
+            context.fireChannelInactive()
+        }
+    }
 }

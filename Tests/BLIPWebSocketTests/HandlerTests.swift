@@ -1,0 +1,131 @@
+import Logging
+import NIOCore
+import NIOEmbedded
+import NIOWebSocket
+import Synchronization
+import Testing
+
+@testable import BLIPWebSocket
+
+/// The WebSocket handler on an EmbeddedChannel: what happens at once, with no clock involved.
+@Suite("WebSocket handler")
+struct HandlerTests {
+    static func settings(_ role: BLIPWebSocketHandler.Role) -> BLIPWebSocketHandler.Settings {
+        BLIPWebSocketHandler.Settings(
+            role: role,
+            heartbeatInterval: nil,
+            heartbeatTimeout: .seconds(30),
+            frameSize: 16_384,
+            maximumMessageSize: 1 << 20,
+            logger: Logger(label: "test")
+        )
+    }
+
+    /// A connected channel: NIO's frame decoder, then our handler.
+    static func channel(_ handler: BLIPWebSocketHandler) throws -> EmbeddedChannel {
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(
+            ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20))
+        )
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
+        return channel
+    }
+
+    @Test("a frame the decoder refuses (a 126-byte ping) gets close 1002, then the connection ends at once")
+    func decoderErrorClosesAtOnce() throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = try Self.channel(handler)
+        handler.start(RawEndpoint(mode: .echo))
+        // FIN + ping, masked, 16-bit length 126: nothing after this header can be parsed.
+        try channel.writeInbound(ByteBuffer(bytes: [0x89, 0xFE, 0x00, 0x7E, 1, 2, 3, 4]))
+        let close = try #require(try channel.readOutbound(as: WebSocketFrame.self))
+        var data = close.data
+        #expect(close.opcode == .connectionClose && data.readWebSocketErrorCode() == .protocolError)
+        // No wait for a close frame from the peer: the decoder could not read it.
+        #expect(!channel.isActive)
+        channel.embeddedEventLoop.run()
+    }
+
+    @Test("messages that arrived with the close frame before the connection started are delivered first")
+    func earlyMessagesThenClose() throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.client))
+        let channel = try Self.channel(handler)
+        try channel.writeInbound(ByteBuffer(bytes: [0x81, 0x03] + Array("301".utf8)))  // text, unmasked
+        try channel.writeInbound(ByteBuffer(bytes: [0x88, 0x02, 0x03, 0xE8]))  // close 1000
+        let sink = RecordingSink()
+        handler.start(sink)
+        #expect(sink.events == ["text 301", "closed normally"])
+        _ = try channel.finish(acceptAlreadyClosed: true)
+        channel.embeddedEventLoop.run()
+    }
+}
+
+/// Records what the handler hands over.
+final class RecordingSink: FrameSink {
+    private let recorded = Mutex<[String]>([])
+
+    var events: [String] { self.recorded.withLock { $0 } }
+
+    func received(_ message: ByteBuffer, isText: Bool) -> Bool {
+        self.recorded.withLock { $0.append("\(isText ? "text" : "binary") \(String(buffer: message))") }
+        return true
+    }
+
+    func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? { nil }
+
+    func closed(_ error: (any Error)?) {
+        self.recorded.withLock { $0.append(error.map { "closed: \($0)" } ?? "closed normally") }
+    }
+}
+
+@Suite("UTF-8 validation")
+struct UTF8ValidatorTests {
+    static func validate(_ bytes: [UInt8], splitAt cuts: [Int] = []) -> Bool {
+        var validator = UTF8Validator()
+        var start = 0
+        for end in cuts + [bytes.count] {
+            let ok = bytes[start..<end].withUnsafeBytes { validator.feed($0) }
+            if !ok { return false }
+            start = end
+        }
+        return validator.isComplete
+    }
+
+    @Test("agrees with the standard library on every 1- to 3-byte input with a lead byte, and samples of 4")
+    func agreesWithStandardLibrary() {
+        var random = SystemRandomNumberGenerator()
+        var inputs: [[UInt8]] = (0...255).map { [UInt8($0)] }
+        for first in 0xC0...0xFF {
+            for second in 0...255 {
+                inputs.append([UInt8(first), UInt8(second)])
+                inputs.append([UInt8(first), UInt8(second), 0x80 | UInt8(second & 0x3F)])
+                inputs.append([UInt8(first), UInt8(second), 0x80, 0xBF])
+            }
+        }
+        for _ in 0..<5_000 {
+            inputs.append(
+                (0..<Int.random(in: 1...24, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
+            )
+        }
+        for bytes in inputs {
+            let expected = String(validating: bytes, as: UTF8.self) != nil
+            #expect(Self.validate(bytes) == expected, "\(bytes)")
+            // Fed in two pieces, cut anywhere, the answer is the same.
+            for cut in 0...bytes.count where bytes.count <= 4 {
+                #expect(Self.validate(bytes, splitAt: [cut]) == expected, "\(bytes) cut at \(cut)")
+            }
+        }
+    }
+
+    @Test("long ASCII runs take the fast path; a bad byte after one is still found")
+    func asciiRuns() {
+        let ascii = Array(repeating: UInt8(ascii: "a"), count: 1000)
+        #expect(Self.validate(ascii))
+        #expect(!Self.validate(ascii + [0xFF] + ascii))
+        #expect(Self.validate(ascii + Array("κόσμε".utf8) + ascii, splitAt: [1001, 1003]))
+        #expect(!Self.validate(ascii + [0xED, 0xA0, 0x80]))  // a surrogate
+        #expect(!Self.validate(ascii + [0xF4, 0x90, 0x80, 0x80]))  // above U+10FFFF
+        #expect(!Self.validate(ascii + [0xE0, 0x80, 0xAF]))  // overlong
+    }
+}
