@@ -79,6 +79,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // libFuzzer entry points; a normal build replays the corpus (see Docs/Testing.md).
+        .executableTarget(
+            name: "BLIPFuzz",
+            dependencies: ["BLIPWire", "BLIPEngine", nioCore, deque],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPWireTests",
             dependencies: ["BLIPWire", "CBLIPZlib", nioCore, propertyBased, crypto],
@@ -100,6 +106,11 @@ let package = Package(
                 "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging,
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BLIPFuzzTests",
+            dependencies: ["BLIPFuzz"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
