@@ -157,6 +157,9 @@ struct EngineSession {
             let id = self.localRequests.remove(at: input.choice(self.localRequests.count))
             do {
                 _ = try self.local.cancel(id)
+            } catch  where error.code == .bodyFailedMidMessage {
+                // A started streamed body that will never be finished: documented as fatal.
+                self.localFailed = true
             } catch {
                 try self.expectRefusal(error, by: self.local)
             }
@@ -209,7 +212,7 @@ struct EngineSession {
             do {
                 result = try self.local.receive(frame, now: self.now)
             } catch {
-                guard self.inboundTampered || self.localLimitsAreTight else {
+                guard self.localFailed || self.inboundTampered || self.localLimitsAreTight else {
                     throw FuzzFailure("the engine rejected an undamaged frame from our own engine: \(error)")
                 }
                 self.localFailed = true
@@ -298,6 +301,7 @@ struct EngineSession {
         by engine: BLIPConnectionEngine,
         allowsUsageErrors: Bool = false
     ) throws(FuzzFailure) {
+        if engine === self.local && self.localFailed { return }  // it refuses with the error that failed it
         switch error.code {
         case .closed, .protocolViolation, .tooManyMessagesInFlight:
             return

@@ -43,9 +43,13 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "'seed' speaks the 2013 seed dialect (no subprotocol).") var dialect: DialectOption?
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
+    @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
 
     func validate() throws {
         if self.startsServer == (self.url != nil) { throw ValidationError("give a URL or --self, not both") }
+        if let level = self.compressionLevel, !(0...9).contains(level) {
+            throw ValidationError("--compression-level is 0 to 9")
+        }
     }
 
     func run() async throws {
@@ -54,7 +58,8 @@ struct BenchCommand: AsyncParsableCommand {
         if self.startsServer {
             let (process, port) = try Self.startServer(
                 seed: self.dialect?.isSeed ?? false,
-                fixedWindow: self.fixedWindow
+                fixedWindow: self.fixedWindow,
+                compressionLevel: self.compressionLevel
             )
             child = process
             url = "ws://127.0.0.1:\(port)/"
@@ -68,7 +73,7 @@ struct BenchCommand: AsyncParsableCommand {
     }
 
     /// Starts `blip serve --port 0` in a child process and reads the port it prints.
-    static func startServer(seed: Bool, fixedWindow: Bool) throws -> (Process, Int) {
+    static func startServer(seed: Bool, fixedWindow: Bool, compressionLevel: Int32?) throws -> (Process, Int) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         if !FileManager.default.fileExists(atPath: "/proc/self/exe") {
@@ -76,6 +81,8 @@ struct BenchCommand: AsyncParsableCommand {
         }
         process.arguments =
             ["serve", "--port", "0", "--max-message-size", "\(1 << 20)"] + (seed ? ["--dialect", "seed"] : [])
+            + (fixedWindow ? ["--fixed-window"] : [])
+            + (compressionLevel.map { ["--compression-level", "\($0)"] } ?? [])
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice

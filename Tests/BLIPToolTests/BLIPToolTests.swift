@@ -48,6 +48,8 @@ struct ArgumentTests {
             ["decode"],
             ["decode", "f", "--direction", "up"],
             ["serve", "--dialect", "blip4"],
+            ["serve", "--compression-level", "10"],
+            ["bench", "--self", "--compression-level", "-1"],
         ]
     )
     func invalid(arguments: [String]) {
@@ -62,10 +64,11 @@ struct ArgumentTests {
         #expect(serve.port == 0 && serve.path == "/db" && serve.protocols == "BLIP" && serve.dialect?.isSeed == true)
         let bench = try BenchCommand.parse([
             "--self", "--workload", "bulk", "--data", "text", "--compressed", "--direction", "down", "--baseline",
+            "--fixed-window", "--compression-level", "1",
         ])
         #expect(
             bench.startsServer && bench.workload == .bulk && bench.data == .text && bench.direction == .down
-                && bench.baseline
+                && bench.baseline && bench.fixedWindow && bench.compressionLevel == 1
         )
         let decode = try DecodeCommand.parse(["--dialect", "blip2", "--hex", "01 01 00", "--json"])
         #expect(decode.dialect == .blip2 && decode.hexFrames == ["01 01 00"] && decode.json)
