@@ -14,6 +14,9 @@ let deque: Target.Dependency = .product(name: "DequeModule", package: "swift-col
 let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
 let metrics: Target.Dependency = .product(name: "CoreMetrics", package: "swift-metrics")
 let nioPosix: Target.Dependency = .product(name: "NIOPosix", package: "swift-nio")
+// NIO's locks are pthread mutexes, which ThreadSanitizer understands; the standard library's Mutex takes
+// priority-inheriting futexes under contention, which it cannot follow (false reports).
+let nioLocks: Target.Dependency = .product(name: "NIOConcurrencyHelpers", package: "swift-nio")
 let nioHTTP1: Target.Dependency = .product(name: "NIOHTTP1", package: "swift-nio")
 let nioWebSocket: Target.Dependency = .product(name: "NIOWebSocket", package: "swift-nio")
 let nioSSL: Target.Dependency = .product(name: "NIOSSL", package: "swift-nio-ssl")
@@ -63,18 +66,20 @@ let package = Package(
         ),
         .target(
             name: "BLIP",
-            dependencies: ["BLIPEngine", "BLIPWire", nioCore, deque, logging, metrics],
+            dependencies: ["BLIPEngine", "BLIPWire", nioCore, nioLocks, deque, logging, metrics],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "BLIPWebSocket",
-            dependencies: ["BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging, deque],
+            dependencies: [
+                "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto, logging, deque,
+            ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "BLIPTool",
             dependencies: [
-                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, crypto, logging,
+                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, crypto, logging,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

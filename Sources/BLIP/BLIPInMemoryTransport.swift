@@ -1,8 +1,8 @@
 public import BLIPWire
 internal import DequeModule
 internal import Dispatch
+internal import NIOConcurrencyHelpers
 internal import NIOCore
-internal import Synchronization
 
 /// Two connected in-process transports, for testing handlers and clients without sockets.
 ///
@@ -82,26 +82,26 @@ final class InMemoryLink: Sendable {
 
     let dialect: BLIPDialect
     let queues: [DispatchQueue]
-    let ends: Mutex<[End]>
+    let ends: NIOLockedValueBox<[End]>
 
     init(dialect: BLIPDialect) {
         self.dialect = dialect
         self.queues = [DispatchQueue(label: "blip.in-memory.client"), DispatchQueue(label: "blip.in-memory.server")]
-        self.ends = Mutex([End(), End()])
+        self.ends = NIOLockedValueBox([End(), End()])
     }
 
     func start(_ side: Int, _ sink: BLIPTransportSink) {
-        self.ends.withLock { $0[side].sink = sink }
+        self.ends.withLockedValue { $0[side].sink = sink }
         self.scheduleDelivery(side)
     }
 
     func setPaused(_ side: Int, _ paused: Bool) {
-        self.ends.withLock { $0[side].readingPaused = paused }
+        self.ends.withLockedValue { $0[side].readingPaused = paused }
         if !paused { self.scheduleDelivery(side) }
     }
 
     func schedulePump(_ side: Int) {
-        let schedule = self.ends.withLock { ends -> Bool in
+        let schedule = self.ends.withLockedValue { ends -> Bool in
             guard !ends[side].pumpScheduled else { return false }
             ends[side].pumpScheduled = true
             return true
@@ -110,7 +110,7 @@ final class InMemoryLink: Sendable {
     }
 
     private func scheduleDelivery(_ side: Int) {
-        let schedule = self.ends.withLock { ends -> Bool in
+        let schedule = self.ends.withLockedValue { ends -> Bool in
             guard !ends[side].deliveryScheduled else { return false }
             ends[side].deliveryScheduled = true
             return true
@@ -122,16 +122,18 @@ final class InMemoryLink: Sendable {
     private func pump(_ side: Int) {
         let other = 1 - side
         guard
-            let sink = self.ends.withLock({ ends -> BLIPTransportSink? in
+            let sink = self.ends.withLockedValue({ ends -> BLIPTransportSink? in
                 ends[side].pumpScheduled = false
                 return ends[side].closed ? nil : ends[side].sink
             })
         else { return }
         var sent = false
-        while self.ends.withLock({ !$0[side].closed && $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight }) {
+        while self.ends.withLockedValue({
+            !$0[side].closed && $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight
+        }) {
             var frame = ByteBuffer()
             guard sink.nextFrame(into: &frame) else { break }
-            self.ends.withLock { $0[other].inbox.append(frame) }
+            self.ends.withLockedValue { $0[other].inbox.append(frame) }
             sent = true
         }
         if sent { self.scheduleDelivery(other) }
@@ -142,7 +144,7 @@ final class InMemoryLink: Sendable {
         let other = 1 - side
         var delivered = false
         while true {
-            let next = self.ends.withLock { ends -> (BLIPTransportSink, ByteBuffer)? in
+            let next = self.ends.withLockedValue { ends -> (BLIPTransportSink, ByteBuffer)? in
                 guard !ends[side].closed, !ends[side].readingPaused, let sink = ends[side].sink,
                     let frame = ends[side].inbox.popFirst()
                 else {
@@ -157,7 +159,7 @@ final class InMemoryLink: Sendable {
             sink.received(frame)
             delivered = true
         }
-        let (closedByPeer, sink) = self.ends.withLock { ends -> ((any Error)??, BLIPTransportSink?) in
+        let (closedByPeer, sink) = self.ends.withLockedValue { ends -> ((any Error)??, BLIPTransportSink?) in
             guard ends[side].inbox.isEmpty, let reason = ends[side].peerClosed, !ends[side].closed else {
                 return (nil, nil)
             }
@@ -176,7 +178,7 @@ final class InMemoryLink: Sendable {
 
     func close(from side: Int, _ reason: BLIPCloseReason) {
         let other = 1 - side
-        let sink = self.ends.withLock { ends -> BLIPTransportSink? in
+        let sink = self.ends.withLockedValue { ends -> BLIPTransportSink? in
             guard !ends[side].closed else { return nil }
             ends[side].closed = true
             ends[side].inbox.removeAll()
@@ -193,7 +195,7 @@ final class InMemoryLink: Sendable {
     }
 
     func cut() {
-        let sinks = self.ends.withLock { ends -> [BLIPTransportSink?] in
+        let sinks = self.ends.withLockedValue { ends -> [BLIPTransportSink?] in
             (0..<2).map { side in
                 guard !ends[side].closed else { return nil }
                 ends[side].closed = true

@@ -1,5 +1,6 @@
 internal import BLIPEngine
 internal import DequeModule
+internal import NIOConcurrencyHelpers
 internal import NIOCore
 internal import Synchronization
 
@@ -78,7 +79,7 @@ extension ConnectionCore {
     func nextUnhandledRequest() async -> BLIPIncomingRequest? {
         await withCheckedContinuation { (continuation: CheckedContinuation<BLIPIncomingRequest?, Never>) in
             var effects = Effects()
-            self.state.withLock { state in
+            self.state.withLockedValue { state in
                 if let request = state.unhandled.popFirst() {
                     self.resumeReadingIfPossible(&state, effects: &effects)
                     effects.later { continuation.resume(returning: request) }

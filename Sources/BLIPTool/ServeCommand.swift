@@ -4,8 +4,8 @@ internal import BLIPWebSocket
 internal import Dispatch
 internal import Foundation
 internal import Logging
+internal import NIOConcurrencyHelpers
 internal import NIOCore
-internal import Synchronization
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -85,7 +85,7 @@ struct ServeCommand: AsyncParsableCommand {
             // Requests to unknown profiles: counted, then answered ERR BLIP/404.
             Task {
                 for await incoming in accepted.connection.incomingRequests {
-                    profiles.counters.withLock { $0.unhandled += 1 }
+                    profiles.counters.withLockedValue { $0.unhandled += 1 }
                     if incoming.expectsReply {
                         try? incoming.respond(
                             throwing: BLIPError(

@@ -1,7 +1,7 @@
 internal import BLIP
 internal import Foundation
+internal import NIOConcurrencyHelpers
 internal import NIOCore
-internal import Synchronization
 
 /// The standard test server profiles of performance.md: `echo`, `sink`, `error`, `stats`; no-reply
 /// requests get no reply and unknown profiles ERR BLIP/404 (the connection does both). `source` is an
@@ -19,14 +19,14 @@ final class StandardProfiles: BLIPService {
         var bytesOut = 0
     }
 
-    let counters = Mutex(Counters())
+    let counters = NIOLockedValueBox(Counters())
     /// `source` bodies, generated once per kind (at least the 64 MiB of the standard bulk workload) so that
     /// a timed transfer measures BLIP, not the data generator. Both generators' output for a smaller
     /// count is a prefix of that for a larger one.
-    private let generated = Mutex<[BenchmarkData: ByteBuffer]>([:])
+    private let generated = NIOLockedValueBox<[BenchmarkData: ByteBuffer]>([:])
 
     private func sourceData(_ data: BenchmarkData, _ count: Int) -> ByteBuffer {
-        self.generated.withLock { generated in
+        self.generated.withLockedValue { generated in
             if let buffer = generated[data], buffer.readableBytes >= count {
                 return buffer.getSlice(at: buffer.readerIndex, length: count)!
             }
@@ -39,13 +39,13 @@ final class StandardProfiles: BLIPService {
     func registerHandlers(with router: inout BLIPRouter) {
         router.register(profile: "echo") { request, context in
             self.count(request, context) { $0.echo += 1 }
-            self.counters.withLock { $0.bytesOut += request.body.readableBytes }
+            self.counters.withLockedValue { $0.bytesOut += request.body.readableBytes }
             return BLIPResponse(properties: request.properties, body: request.body, compressed: request.isCompressed)
         }
         router.registerStreaming(profile: "sink") { request, context in
             var total = 0
             for try await piece in request.body { total += piece.readableBytes }
-            self.counters.withLock {
+            self.counters.withLockedValue {
                 $0.sink += 1
                 $0.bytesIn += total
                 if !context.expectsReply { $0.noReply += 1 }
@@ -59,7 +59,7 @@ final class StandardProfiles: BLIPService {
                 throw BLIPError(code: .payloadTooLarge, message: "Count must be 0 to 1 GiB")
             }
             let data = BenchmarkData(rawValue: request.properties["Data"] ?? "random") ?? .random
-            self.counters.withLock { $0.bytesOut += count }
+            self.counters.withLockedValue { $0.bytesOut += count }
             return BLIPResponse(
                 properties: ["Count": "\(count)"],
                 body: self.sourceData(data, count),
@@ -78,13 +78,13 @@ final class StandardProfiles: BLIPService {
             self.count(request, context) { _ in }
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
-            let json = try encoder.encode(self.counters.withLock { $0 })
+            let json = try encoder.encode(self.counters.withLockedValue { $0 })
             return BLIPResponse(properties: ["Content-Type": "application/json"], body: ByteBuffer(bytes: json))
         }
     }
 
     private func count(_ request: BLIPRequest, _ context: BLIPRequestContext, _ bump: (inout Counters) -> Void) {
-        self.counters.withLock { counters in
+        self.counters.withLockedValue { counters in
             bump(&counters)
             counters.bytesIn += request.body.readableBytes
             if !context.expectsReply { counters.noReply += 1 }

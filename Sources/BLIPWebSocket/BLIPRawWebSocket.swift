@@ -1,9 +1,9 @@
 internal import BLIP
 internal import DequeModule
 public import Logging
+internal import NIOConcurrencyHelpers
 public import NIOCore
 public import NIOPosix
-internal import Synchronization
 
 /// A WebSocket connection carrying plain messages instead of BLIP, over the same transport (the same
 /// handler, framing and masking). For measuring the transport on its own (the benchmark baselines, with a
@@ -84,22 +84,23 @@ final class RawClientSink: FrameSink {
         var echoed = 0
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private let echoes: Bool
 
     init(echoes: Bool = false) {
         self.echoes = echoes
     }
 
-    var echoedCount: Int { self.state.withLock { $0.echoed } }
+    var echoedCount: Int { self.state.withLockedValue { $0.echoed } }
 
     func enqueue(_ message: ByteBuffer, text: Bool) {
-        self.state.withLock { $0.outbound.append((message, text ? .text : .binary)) }
+        self.state.withLockedValue { $0.outbound.append((message, text ? .text : .binary)) }
     }
 
     func next() async throws -> (message: ByteBuffer, isText: Bool)? {
         try await withCheckedThrowingContinuation { continuation in
-            let ready = self.state.withLock { state -> Result<(message: ByteBuffer, isText: Bool)?, any Error>? in
+            let ready = self.state.withLockedValue {
+                state -> Result<(message: ByteBuffer, isText: Bool)?, any Error>? in
                 if let (message, isText) = state.inbound.popFirst() { return .success((message, isText)) }
                 if let error = state.error { return .failure(error) }
                 if state.closed { return .success(nil) }
@@ -113,13 +114,13 @@ final class RawClientSink: FrameSink {
     func received(_ message: ByteBuffer, isText: Bool) -> Bool {
         if self.echoes {
             // Queued here, written by the handler's next pump (at the end of this read at the latest).
-            self.state.withLock { state in
+            self.state.withLockedValue { state in
                 state.outbound.append((message, isText ? .text : .binary))
                 state.echoed += 1
             }
             return true
         }
-        let waiter = self.state.withLock {
+        let waiter = self.state.withLockedValue {
             state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
             guard let waiter = state.waiter else {
                 state.inbound.append((message, isText))
@@ -133,7 +134,7 @@ final class RawClientSink: FrameSink {
     }
 
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             guard let (message, kind) = state.outbound.popFirst() else { return nil }
             buffer.writeImmutableBuffer(message)
             return kind
@@ -141,7 +142,7 @@ final class RawClientSink: FrameSink {
     }
 
     func closed(_ error: (any Error)?) {
-        let waiter = self.state.withLock {
+        let waiter = self.state.withLockedValue {
             state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
             state.closed = true
             state.error = error

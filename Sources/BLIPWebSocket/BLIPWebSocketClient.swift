@@ -23,6 +23,8 @@ public enum BLIPWebSocketClient {
         public var heartbeatInterval: TimeAmount? = .seconds(300)
         /// The connection fails if a ping gets no pong within this.
         public var heartbeatTimeout = TimeAmount.seconds(30)
+        /// After sending a close frame, how long to wait for the peer's before closing the TCP connection.
+        public var closeTimeout = TimeAmount.seconds(2)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
         /// Write every frame to a new folder `connection-NNN` under this one (see ``BLIPFrameCapture``).
@@ -120,6 +122,7 @@ public enum BLIPWebSocketClient {
             role: .client,
             heartbeatInterval: configuration.heartbeatInterval,
             heartbeatTimeout: configuration.heartbeatTimeout,
+            closeTimeout: configuration.closeTimeout,
             frameSize: configuration.connection.frameSize,
             maximumMessageSize: configuration.maximumMessageSize,
             logger: logger

@@ -29,7 +29,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         var role: Role
         var heartbeatInterval: TimeAmount?
         var heartbeatTimeout: TimeAmount
-        var closeTimeout = TimeAmount.seconds(2)
+        var closeTimeout: TimeAmount
         var frameSize: Int
         /// The largest message accepted, fragments reassembled (larger ones close the connection with 1009).
         var maximumMessageSize: Int

@@ -1,12 +1,12 @@
 public import BLIP
 internal import BLIPWire
 public import Logging
+internal import NIOConcurrencyHelpers
 public import NIOCore
 internal import NIOHTTP1
 public import NIOPosix
 internal import NIOSSL
 internal import NIOWebSocket
-internal import Synchronization
 
 /// Accepts BLIP connections over WebSocket.
 ///
@@ -30,6 +30,8 @@ public final class BLIPWebSocketServer: Sendable {
         public var tls: TLS?
         public var heartbeatInterval: TimeAmount? = .seconds(300)
         public var heartbeatTimeout = TimeAmount.seconds(30)
+        /// After sending a close frame, how long to wait for the peer's before closing the TCP connection.
+        public var closeTimeout = TimeAmount.seconds(2)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
         /// Write every connection's frames to a new folder `connection-NNN` under this one.
@@ -84,7 +86,7 @@ public final class BLIPWebSocketServer: Sendable {
     let logger: Logger
     private let accepted: AsyncStream<AcceptedConnection>
     private let acceptedContinuation: AsyncStream<AcceptedConnection>.Continuation
-    private let open = Mutex<Set<BLIPConnection>>([])
+    private let open = NIOLockedValueBox<Set<BLIPConnection>>([])
     let rawChannels: RawChannels
 
     /// The port the server listens on.
@@ -128,6 +130,7 @@ public final class BLIPWebSocketServer: Sendable {
             role: .server,
             heartbeatInterval: configuration.heartbeatInterval,
             heartbeatTimeout: configuration.heartbeatTimeout,
+            closeTimeout: configuration.closeTimeout,
             frameSize: configuration.connection.frameSize,
             maximumMessageSize: configuration.maximumMessageSize,
             logger: logger
@@ -172,11 +175,11 @@ public final class BLIPWebSocketServer: Sendable {
         await withDiscardingTaskGroup { group in
             for await accepted in self.accepted {
                 let connection = accepted.connection
-                self.open.withLock { _ = $0.insert(connection) }
+                self.open.withLockedValue { _ = $0.insert(connection) }
                 onConnection?(accepted)
                 group.addTask {
                     await connection.run()
-                    _ = self.open.withLock { $0.remove(connection) }
+                    _ = self.open.withLockedValue { $0.remove(connection) }
                 }
             }
         }
@@ -187,7 +190,7 @@ public final class BLIPWebSocketServer: Sendable {
         try? await self.channel.close()
         self.acceptedContinuation.finish()
         for channel in self.rawChannels.raw { channel.close(promise: nil) }
-        let connections = self.open.withLock { Array($0) }
+        let connections = self.open.withLockedValue { Array($0) }
         await withDiscardingTaskGroup { group in
             for connection in connections {
                 group.addTask { await connection.close() }
@@ -200,7 +203,7 @@ public final class BLIPWebSocketServer: Sendable {
     }
 
     /// Connections open now.
-    public var openConnectionCount: Int { self.open.withLock { $0.count } }
+    public var openConnectionCount: Int { self.open.withLockedValue { $0.count } }
 
     private static func initialize(
         _ channel: any Channel,
@@ -289,16 +292,16 @@ public final class BLIPWebSocketServer: Sendable {
 /// The upgraded channels of a server (raw ones are closed directly at shutdown; BLIP ones through their
 /// connection), so that shutdown can wait for all of them.
 final class RawChannels: Sendable {
-    private let channels = Mutex<[ObjectIdentifier: (channel: any Channel, isRaw: Bool)]>([:])
+    private let channels = NIOLockedValueBox<[ObjectIdentifier: (channel: any Channel, isRaw: Bool)]>([:])
 
     func add(_ channel: any Channel, isRaw: Bool) {
         let key = ObjectIdentifier(channel)
-        self.channels.withLock { $0[key] = (channel, isRaw) }
-        channel.closeFuture.whenComplete { _ in _ = self.channels.withLock { $0.removeValue(forKey: key) } }
+        self.channels.withLockedValue { $0[key] = (channel, isRaw) }
+        channel.closeFuture.whenComplete { _ in _ = self.channels.withLockedValue { $0.removeValue(forKey: key) } }
     }
 
-    var all: [any Channel] { self.channels.withLock { $0.values.map(\.channel) } }
-    var raw: [any Channel] { self.channels.withLock { $0.values.filter(\.isRaw).map(\.channel) } }
+    var all: [any Channel] { self.channels.withLockedValue { $0.values.map(\.channel) } }
+    var raw: [any Channel] { self.channels.withLockedValue { $0.values.filter(\.isRaw).map(\.channel) } }
 }
 
 /// Whether to upgrade a request, and to what.

@@ -1,6 +1,6 @@
 internal import DequeModule
+internal import NIOConcurrencyHelpers
 internal import NIOCore
-internal import Synchronization
 
 /// A raw WebSocket endpoint for measuring the transport without BLIP, and for Autobahn: it echoes every
 /// message (text as text, binary as binary). In ``BLIPWebSocketServer/RawEndpointMode/benchmark`` mode it
@@ -17,7 +17,7 @@ final class RawEndpoint: FrameSink {
         var closed = false
     }
 
-    private let state = Mutex(State())
+    private let state = NIOLockedValueBox(State())
     private let interpretsCommands: Bool
     private static let chunk = ByteBuffer(repeating: 0x5A, count: 16_384)
 
@@ -26,7 +26,7 @@ final class RawEndpoint: FrameSink {
     }
 
     func received(_ message: ByteBuffer, isText: Bool) -> Bool {
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             if !self.interpretsCommands {
                 state.outbound.append((message, isText ? .text : .binary))
             } else if isText {
@@ -56,7 +56,7 @@ final class RawEndpoint: FrameSink {
     }
 
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             if let (message, kind) = state.outbound.popFirst() {
                 buffer.writeImmutableBuffer(message)
                 return kind
@@ -71,6 +71,6 @@ final class RawEndpoint: FrameSink {
     }
 
     func closed(_ error: (any Error)?) {
-        self.state.withLock { $0.closed = true }
+        self.state.withLockedValue { $0.closed = true }
     }
 }

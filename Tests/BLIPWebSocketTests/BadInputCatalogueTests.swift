@@ -111,6 +111,8 @@ struct BadInputCase: Sendable, CustomTestStringConvertible {
         configuration.subprotocols = self.dialect.testSubprotocol.map { [$0] } ?? []
         configuration.usesSeedDialect = self.dialect == .seed
         configuration.heartbeatInterval = nil
+        // Far longer than any case takes: requests that failed before the close handshake ended failed at once.
+        configuration.closeTimeout = .seconds(60)
         if let size = self.client["maximum_incoming_message_size"]?.int {
             configuration.connection.maximumIncomingMessageSize = size
         }

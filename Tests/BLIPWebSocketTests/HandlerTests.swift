@@ -15,6 +15,7 @@ struct HandlerTests {
             role: role,
             heartbeatInterval: nil,
             heartbeatTimeout: .seconds(30),
+            closeTimeout: .seconds(2),
             frameSize: 16_384,
             maximumMessageSize: 1 << 20,
             logger: Logger(label: "test")

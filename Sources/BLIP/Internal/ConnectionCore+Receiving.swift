@@ -2,15 +2,15 @@ internal import BLIPEngine
 internal import BLIPWire
 internal import CoreMetrics
 internal import Logging
+internal import NIOConcurrencyHelpers
 internal import NIOCore
-internal import Synchronization
 
 extension ConnectionCore {
     /// A frame from the transport.
     func received(_ frame: ByteBuffer) {
         var effects = Effects()
         self.metrics.bytesReceived.increment(by: Int64(frame.readableBytes))
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             guard state.closeError == nil else { return }
             state.statistics.framesReceived += 1
             state.statistics.bytesReceived += frame.readableBytes
@@ -228,7 +228,7 @@ extension ConnectionCore {
         }
         if expectsReply { self.respond(to: number, with: result) }
         var effects = Effects()
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             state.activeHandlers -= 1
             self.resumeReadingIfPossible(&state, effects: &effects)
         }

@@ -2,6 +2,7 @@ internal import BLIPEngine
 internal import BLIPWire
 internal import CoreMetrics
 internal import Logging
+internal import NIOConcurrencyHelpers
 internal import NIOCore
 internal import Synchronization
 
@@ -69,7 +70,7 @@ extension ConnectionCore {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 var effects = Effects()
-                self.state.withLock { state in
+                self.state.withLockedValue { state in
                     guard
                         let id = self.enqueue(
                             message,
@@ -113,7 +114,7 @@ extension ConnectionCore {
     ) async throws -> Reply {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Reply, any Error>) in
             var effects = Effects()
-            self.state.withLock { state in
+            self.state.withLockedValue { state in
                 guard
                     let id = self.enqueue(
                         message,
@@ -169,7 +170,7 @@ extension ConnectionCore {
     /// drops the reply. The caller gets `CancellationError` at once.
     func cancel(token: UInt64) {
         var effects = Effects()
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             guard let id = state.tokens.removeValue(forKey: token) else {
                 state.cancelledTokens.insert(token)  // not queued yet: refuse it when it is
                 return
@@ -211,7 +212,7 @@ extension ConnectionCore {
     private func appendBody(_ chunk: ByteBuffer, to id: BLIPOutgoingID, isComplete: Bool) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             var effects = Effects()
-            self.state.withLock { state in
+            self.state.withLockedValue { state in
                 if let closeError = state.closeError {
                     effects.later { continuation.resume(throwing: closeError) }
                     return
@@ -255,7 +256,7 @@ extension ConnectionCore {
             )
         }
         var effects = Effects()
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             _ = self.enqueue(message, token: nil, &state, effects: &effects) { [logger] error in
                 logger.debug("reply to request #\(number) not sent", metadata: ["blip.error": "\(error)"])
             }
@@ -269,7 +270,7 @@ extension ConnectionCore {
     func nextFrame(into buffer: inout ByteBuffer) -> Bool {
         var effects = Effects()
         let start = buffer.writerIndex
-        let sent = self.state.withLock { state -> BLIPSentFrame? in
+        let sent = self.state.withLockedValue { state -> BLIPSentFrame? in
             guard state.closeError == nil else { return nil }
             let next: BLIPNextFrame
             do throws(BLIPEngineError) {

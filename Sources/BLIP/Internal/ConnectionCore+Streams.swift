@@ -1,8 +1,8 @@
 internal import BLIPEngine
 internal import CoreMetrics
 internal import DequeModule
+internal import NIOConcurrencyHelpers
 internal import NIOCore
-internal import Synchronization
 
 extension ConnectionCore {
     /// Counts body bytes as read; the writer must run if that made an ACK due (a missed ACK stalls a
@@ -59,13 +59,13 @@ extension ConnectionCore {
     /// already there, which is the common case while a large body streams in.
     func nextChunk(of id: BLIPIncomingID) async throws -> ByteBuffer? {
         var effects = Effects()
-        let ready = self.state.withLock { state in Self.takeReady(id, &state, effects: &effects) }
+        let ready = self.state.withLockedValue { state in Self.takeReady(id, &state, effects: &effects) }
         self.perform(effects)
         if let ready { return try ready.get() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
                 var effects = Effects()
-                self.state.withLock { state in
+                self.state.withLockedValue { state in
                     if let ready = Self.takeReady(id, &state, effects: &effects) {
                         effects.later { continuation.resume(with: ready) }
                         return
@@ -80,7 +80,7 @@ extension ConnectionCore {
             }
         } onCancel: {
             var effects = Effects()
-            self.state.withLock { state in
+            self.state.withLockedValue { state in
                 if let waiter = state.streams[id]?.waiter {
                     state.streams[id]?.waiter = nil
                     effects.later { waiter.resume(throwing: CancellationError()) }
@@ -117,7 +117,7 @@ extension ConnectionCore {
     /// Nobody will read the rest of this body: drop what is kept and let the rest drain.
     func abandonStream(_ id: BLIPIncomingID) {
         var effects = Effects()
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             guard let stream = state.streams.removeValue(forKey: id) else { return }
             let kept = stream.chunks.reduce(0) { $0 + $1.readableBytes }
             Self.consumed(id, bytes: kept, &state, effects: &effects)

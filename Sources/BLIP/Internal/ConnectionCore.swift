@@ -3,6 +3,7 @@ internal import BLIPWire
 internal import CoreMetrics
 internal import DequeModule
 internal import Logging
+internal import NIOConcurrencyHelpers
 internal import NIOCore
 internal import Synchronization
 
@@ -17,7 +18,7 @@ final class ConnectionCore: Sendable {
     let metrics: ConnectionMetrics
     /// Whether frame-level trace logging is on (checked once: the hot path should not ask per frame).
     let tracesFrames: Bool
-    let state: Mutex<State>
+    let state: NIOLockedValueBox<State>
     let nextToken = Atomic<UInt64>(1)
     /// Requests for handlers, consumed by ``run()``.
     let work: AsyncStream<Work>
@@ -52,7 +53,8 @@ final class ConnectionCore: Sendable {
         var waiter: CheckedContinuation<ByteBuffer?, any Error>?
     }
 
-    struct State {
+    /// Only ever touched under the connection's lock (the engine is not thread-safe).
+    struct State: @unchecked Sendable {
         let engine: BLIPConnectionEngine
         var replyWaiters: [BLIPOutgoingID: ReplyWaiter] = [:]
         /// No-reply requests whose sender waits for the last frame to leave.
@@ -108,7 +110,7 @@ final class ConnectionCore: Sendable {
                 streamsRequestBodies: router.hasStreamingHandlers
             )
         )
-        self.state = Mutex(State(engine: engine))
+        self.state = NIOLockedValueBox(State(engine: engine))
         (self.work, self.workContinuation) = AsyncStream.makeStream(of: Work.self)
     }
 
@@ -143,10 +145,10 @@ final class ConnectionCore: Sendable {
 
     /// Closes the connection normally and waits until it is closed.
     func close() async {
-        let alreadyClosed = self.state.withLock { $0.closeError != nil }
+        let alreadyClosed = self.state.withLockedValue { $0.closeError != nil }
         if !alreadyClosed { self.transport.close(.normal) }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let closed = self.state.withLock { state -> Bool in
+            let closed = self.state.withLockedValue { state -> Bool in
                 guard state.closeError == nil else { return true }
                 state.closeWaiters.append(continuation)
                 return false
@@ -155,12 +157,12 @@ final class ConnectionCore: Sendable {
         }
     }
 
-    var isClosed: Bool { self.state.withLock { $0.closeError != nil } }
+    var isClosed: Bool { self.state.withLockedValue { $0.closeError != nil } }
 
-    var stateDescription: String { self.state.withLock { $0.engine.debugDescription } }
+    var stateDescription: String { self.state.withLockedValue { $0.engine.debugDescription } }
 
     var statistics: BLIPConnectionStatistics {
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             var statistics = state.statistics
             let encoder = state.engine.encoderStatistics
             statistics.bytesBeforeCompression = encoder.bytesBeforeCompression
@@ -174,7 +176,7 @@ final class ConnectionCore: Sendable {
     /// The transport is gone: everything pending fails at once.
     func transportClosed(_ error: (any Error)?) {
         var effects = Effects()
-        self.state.withLock { state in
+        self.state.withLockedValue { state in
             let reason =
                 error.map { self.connectionError(from: $0) }
                 ?? BLIPConnectionError(.connectionClosed, "the connection closed")
