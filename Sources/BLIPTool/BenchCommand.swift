@@ -21,6 +21,9 @@ struct BenchCommand: AsyncParsableCommand {
 
     enum Workload: String, ExpressibleByArgument, CaseIterable {
         case rt, pipelined, bulk, urgent, all
+        /// Not part of `all`: opens `--count` connections (default 10 000) that send nothing, and reports the
+        /// memory each costs (the server's with `--self`).
+        case idle
     }
 
     enum Direction: String, ExpressibleByArgument {
@@ -29,7 +32,7 @@ struct BenchCommand: AsyncParsableCommand {
 
     @Argument(help: "ws:// or wss:// URL of a server (not with --self).") var url: String?
     @Flag(name: .customLong("self"), help: "Start a server in a child process first.") var startsServer = false
-    @Option(help: "rt, pipelined, bulk, urgent or all.") var workload = Workload.all
+    @Option(help: "rt, pipelined, bulk, urgent, all, or idle (connections held open).") var workload = Workload.all
     @Option(help: "Requests outstanding (pipelined; default 16 and 64).") var concurrency: Int?
     @Option(help: "Requests (rt: 20000, pipelined: 50000, urgent: 100).") var count: Int?
     @Option(help: "Body bytes (rt and pipelined: 100; bulk: 64 MiB).") var size: Int?
@@ -44,6 +47,12 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
+    @Flag(
+        name: .customLong("warm-up"),
+        inversion: .prefixedNo,
+        help: "Send an untimed 8 MiB message before a bulk transfer."
+    )
+    var warmsUp = true
 
     func validate() throws {
         if self.startsServer == (self.url != nil) { throw ValidationError("give a URL or --self, not both") }
@@ -68,7 +77,7 @@ struct BenchCommand: AsyncParsableCommand {
             child?.terminate()
             child?.waitUntilExit()
         }
-        let runner = BenchRunner(url: url, options: self)
+        let runner = BenchRunner(url: url, options: self, serverProcessID: child?.processIdentifier)
         try await runner.runAll()
     }
 

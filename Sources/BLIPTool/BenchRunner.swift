@@ -10,10 +10,13 @@ struct BenchRunner {
     let url: String
     let options: BenchCommand
     let progress: Progress
+    /// The server's process, when `--self` started it (to read its memory).
+    let serverProcessID: Int32?
 
-    init(url: String, options: BenchCommand) {
+    init(url: String, options: BenchCommand, serverProcessID: Int32? = nil) {
         self.url = url
         self.options = options
+        self.serverProcessID = serverProcessID
         self.progress = Progress(enabled: isatty(STDERR_FILENO) == 1)
     }
 
@@ -55,6 +58,9 @@ struct BenchRunner {
     func runAll() async throws {
         let workload = self.options.workload
         let smallSize = self.options.size ?? 100
+        if workload == .idle {
+            self.report(try await self.idleConnections(count: self.options.count ?? 10_000))
+        }
         if workload == .rt || workload == .all {
             let count = self.options.count ?? 20_000
             var result = try await self.roundTrips(
@@ -190,8 +196,12 @@ struct BenchRunner {
         let (elapsed, wire) = try await self.connect { connection in
             switch direction {
             case .up:
-                let warm = data.bytes(8 << 20)
-                _ = try await connection.sendRequest(BLIPRequest(profile: "sink", body: warm, compressed: compressed))
+                if self.options.warmsUp {
+                    let warm = data.bytes(8 << 20)
+                    _ = try await connection.sendRequest(
+                        BLIPRequest(profile: "sink", body: warm, compressed: compressed)
+                    )
+                }
                 let body = data.bytes(size)
                 let before = connection.statistics
                 let started = ContinuousClock.now
@@ -215,7 +225,7 @@ struct BenchRunner {
                     for try await piece in reply.body { received += piece.readableBytes }
                     return received
                 }
-                _ = try await download(8 << 20)
+                if self.options.warmsUp { _ = try await download(8 << 20) }
                 let before = connection.statistics
                 let started = ContinuousClock.now
                 let received = try await download(size)
@@ -364,7 +374,7 @@ struct BenchRunner {
                 guard received == count else { throw BenchError("raw source sent \(received) of \(count)") }
             }
         }
-        try await transfer(min(size, 8 << 20))
+        if self.options.warmsUp { try await transfer(min(size, 8 << 20)) }
         let started = ContinuousClock.now
         try await transfer(size)
         let elapsed = ContinuousClock.now - started

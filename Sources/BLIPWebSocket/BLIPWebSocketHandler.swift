@@ -102,6 +102,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         repeat {
             self.pumpAgain = false
             var written = 0
+            var frames = 0  // messages may be empty (the raw endpoints echo them): count them too
             var yielded = false
             while context.channel.isWritable {
                 if written >= Self.bytesPerTurn {
@@ -126,9 +127,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 // Handed over, not copied: the client masks the payload in place, which must not trigger a
                 // copy-on-write of the whole frame.
                 written += buffer.readableBytes
+                frames += 1
                 self.write(kind == .text ? .text : .binary, consume buffer, context: context)
             }
-            if written > 0 { context.flush() }
+            if frames > 0 { context.flush() }
             if yielded {
                 self.pumpLater(context: context)
                 return

@@ -138,10 +138,6 @@ public final class BLIPWebSocketServer: Sendable {
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .childChannelOption(
-                .recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16_384, maximum: 65_536)
-            )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try Self.initialize(

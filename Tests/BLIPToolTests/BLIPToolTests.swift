@@ -64,11 +64,11 @@ struct ArgumentTests {
         #expect(serve.port == 0 && serve.path == "/db" && serve.protocols == "BLIP" && serve.dialect?.isSeed == true)
         let bench = try BenchCommand.parse([
             "--self", "--workload", "bulk", "--data", "text", "--compressed", "--direction", "down", "--baseline",
-            "--fixed-window", "--compression-level", "1",
+            "--fixed-window", "--compression-level", "1", "--no-warm-up",
         ])
         #expect(
             bench.startsServer && bench.workload == .bulk && bench.data == .text && bench.direction == .down
-                && bench.baseline && bench.fixedWindow && bench.compressionLevel == 1
+                && bench.baseline && bench.fixedWindow && bench.compressionLevel == 1 && !bench.warmsUp
         )
         let decode = try DecodeCommand.parse(["--dialect", "blip2", "--hex", "01 01 00", "--json"])
         #expect(decode.dialect == .blip2 && decode.hexFrames == ["01 01 00"] && decode.json)

@@ -53,6 +53,12 @@ struct RawAndCaptureTests {
             raw.send(ByteBuffer(bytes: [0, 1, 2]))
             let reply = try await raw.receive()
             #expect(reply?.message == ByteBuffer(bytes: [0, 1, 2]) && reply?.isText == false)
+            // Regression (Autobahn 1.1.1, 1.2.1, 9.7.1, 9.8.1): an empty message was echoed but not flushed.
+            for isText in [true, false] {
+                raw.send(ByteBuffer(), text: isText)
+                let empty = try await raw.receive()
+                #expect(empty?.message.readableBytes == 0 && empty?.isText == isText)
+            }
             raw.close()
         }
     }
