@@ -10,8 +10,8 @@ extension BenchRunner {
     func idleConnections(count: Int) async throws -> BenchResult {
         var configuration = self.clientConfiguration
         configuration.connectTimeout = .seconds(30)
-        let serverBefore = self.serverProcessID.flatMap(Self.residentBytes)
-        let clientBefore = Self.residentBytes(of: getpid())
+        let serverBefore = self.serverProcessID.flatMap(ProcessMemory.resident(of:))
+        let clientBefore = ProcessMemory.resident(of: getpid())
         var transports: [BLIPWebSocketTransport] = []
         transports.reserveCapacity(count)
         let started = ContinuousClock.now
@@ -23,8 +23,8 @@ extension BenchRunner {
         // The server sets up its side when the upgrade completes, before our handshake returns; a round trip
         // on the last connection would not add anything. Give its event loops a moment to settle.
         try await Task.sleep(for: .milliseconds(500))
-        let serverAfter = self.serverProcessID.flatMap(Self.residentBytes)
-        let clientAfter = Self.residentBytes(of: getpid())
+        let serverAfter = self.serverProcessID.flatMap(ProcessMemory.resident(of:))
+        let clientAfter = ProcessMemory.resident(of: getpid())
         for transport in transports { transport.close(.normal) }
         var extra: [String: Any] = ["open_seconds": (opened.seconds * 100).rounded() / 100]
         if let serverBefore, let serverAfter {
@@ -44,13 +44,5 @@ extension BenchRunner {
             direction: "none",
             extra: extra
         )
-    }
-
-    /// VmRSS of a process, from /proc (Linux).
-    static func residentBytes(of processID: Int32) -> Int? {
-        guard let status = try? String(contentsOfFile: "/proc/\(processID)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
-        else { return nil }
-        return line.split(separator: " ").compactMap { Int($0) }.first.map { $0 * 1024 }
     }
 }

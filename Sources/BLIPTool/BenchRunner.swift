@@ -61,6 +61,11 @@ struct BenchRunner {
         if workload == .idle {
             self.report(try await self.idleConnections(count: self.options.count ?? 10_000))
         }
+        if workload == .stream {
+            self.report(
+                try await self.streamedMessage(size: self.options.size ?? 1 << 30, data: self.options.data ?? .random)
+            )
+        }
         if workload == .rt || workload == .all {
             let count = self.options.count ?? 20_000
             var result = try await self.roundTrips(

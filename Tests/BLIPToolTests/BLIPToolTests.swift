@@ -213,3 +213,37 @@ struct RequestExitCodeTests {
         await serving
     }
 }
+
+@Suite("blip bench workloads", .timeLimit(.minutes(2)))
+struct BenchWorkloadTests {
+    @Test("each workload runs against the standard profiles and reports what it measured")
+    func workloads() async throws {
+        var router = BLIPRouter()
+        router.register(StandardProfiles())
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.port = 0
+        configuration.connection.maximumIncomingMessageSize = 1 << 30
+        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        async let serving: Void = server.run()
+        let url = "ws://127.0.0.1:\(server.port)/"
+        let runner = BenchRunner(url: url, options: try BenchCommand.parse([url, "--no-warm-up"]))
+
+        let rt = try await runner.roundTrips(count: 50, concurrency: 1, warmUp: 5, size: 100, name: "rt")
+        #expect(rt.count == 50 && (rt.messagesPerSecond ?? 0) > 0 && rt.p50 != nil)
+        let pipelined = try await runner.roundTrips(count: 200, concurrency: 16, warmUp: 5, size: 100, name: "p")
+        #expect(pipelined.concurrency == 16 && (pipelined.messagesPerSecond ?? 0) > 0)
+        for direction in [BenchCommand.Direction.up, .down] {
+            let bulk = try await runner.bulk(size: 1 << 20, data: .text, compressed: true, direction: direction)
+            // Compressed JSON lines take well under half their size on the wire.
+            #expect((bulk.wireBytes ?? 0) > 0 && (bulk.wireBytes ?? .max) < 1 << 19)
+        }
+        let stream = try await runner.streamedMessage(size: 3 << 20 + 12_345, data: .random)
+        #expect((stream.wireBytes ?? 0) > 3 << 20 + 12_345)
+        #expect(stream.extra["client_peak_rss_mib"] != nil)
+        let idle = try await runner.idleConnections(count: 20)
+        #expect(idle.count == 20 && idle.extra["client_kib_per_connection"] != nil)
+
+        await server.shutdown()
+        await serving
+    }
+}
