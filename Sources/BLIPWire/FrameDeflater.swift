@@ -12,7 +12,7 @@ final class FrameDeflater {
     init(level: Int32, memoryLevel: Int32, tunedForSpeed: Bool = false) throws(BLIPWireError) {
         self.stream = try ZlibStream(deflating: .rawDeflate, level: level, memoryLevel: memoryLevel)
         if tunedForSpeed {
-            try self.stream.tune(goodLength: 8, maximumLazyMatch: 128, niceLength: 258, maximumChain: 32)
+            try self.stream.tune(goodLength: 8, maximumLazyMatch: 128, niceLength: 258, maximumChain: 48)
         }
     }
 

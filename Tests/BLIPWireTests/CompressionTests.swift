@@ -145,8 +145,9 @@ struct CompressionTests {
             #expect(inflatedData == Array(expectedData.readableBytesView))
         }
         #expect(encoder.statistics.framesCompressed == compressedFrames)
-        // Text fills a frame with far more than 16 KiB of data: 300 KB go in very few frames.
-        #expect(compressedFrames <= 6)
+        // A compressed frame carries far more than 16 KiB of text (it is filled until a third of it is
+        // used, about 68 KiB of JSON): 300 KB go in 5 frames instead of 19, each small message in one.
+        #expect(compressedFrames <= 7)
     }
 
     @Test("the speed-tuned level 6 sends fewer bytes for JSON documents than zlib's own, and inflates the same")
