@@ -4,8 +4,6 @@ import Benchmark
 import NIOCore
 
 func engineBenchmarks() {
-    // 1 000 messages queued, every fourth urgent, each 20 KiB (two frames): how fast the engine picks and
-    // frames the next frame. One iteration drains the whole out-box.
     // 1 000 messages queued, every fourth urgent, each 20 KiB (two frames, more while urgent messages
     // shrink normal frames to 4 KiB): how fast the engine picks and frames the next frame. Each sample
     // drains a freshly filled out-box; the filling is not measured.
