@@ -263,7 +263,12 @@ struct EngineSession {
             self.localIncoming.removeAll { $0 == id }
         }
         guard self.dialect.hasFlowControl else { return }  // the seed dialect has no ACKs and no window
-        let bound = self.peer.peakSendWindowSize + self.peer.configuration.frameSize
+        // An honest peer keeps within its window. Frames duplicated or invented on the way in do not, and
+        // then only the message size limit bounds what one message holds.
+        let bound =
+            (self.inboundTampered
+                ? self.local.configuration.maximumIncomingMessageSize : self.peer.peakSendWindowSize)
+            + self.peer.configuration.frameSize
         for id in self.localIncoming where self.local.unconsumedBytes(of: id) > bound {
             throw FuzzFailure("\(id) holds \(self.local.unconsumedBytes(of: id)) unconsumed bytes, above \(bound)")
         }
