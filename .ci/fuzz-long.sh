@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BLIP_FUZZ_SECONDS="${BLIP_FUZZ_SECONDS:-3600}"
+export BLIP_FUZZ_SEED="${BLIP_FUZZ_SEED:-0}"  # a new random seed each run: explore, not repeat
 work="${BLIP_FUZZ_WORK:-$PWD/reports/fuzz}"
 export BLIP_FUZZ_WORK="$work"
 started=$SECONDS

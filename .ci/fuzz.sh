@@ -4,11 +4,14 @@
 # Long local runs: BLIP_FUZZ_SECONDS=3600 bash .ci/fuzz.sh (the working corpus in reports/fuzz/<target>
 # grows across runs; promote useful finds into Fixtures/fuzz/corpus, crashes into Fixtures/fuzz/regressions).
 # Prints one summary line per target; exits 1 if any target crashed, leaked or hung.
+# BLIP_FUZZ_SEED (default 1) fixes libFuzzer's random seed, so that a CI run explores what the same
+# command explored here, and a failure reproduces; 0 lets libFuzzer pick one (the long runs do).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${BLIP_FUZZ_SECONDS:-60}"
 targets="${BLIP_FUZZ_TARGETS:-frames engine properties}"
 work="${BLIP_FUZZ_WORK:-$PWD/reports/fuzz}"
+seed="${BLIP_FUZZ_SEED:-1}"
 
 # The recipe of shared/docs/verification.md: one combined -sanitize=fuzzer,address (it must come last),
 # its own scratch path, and -DFUZZING so that the corpus-replaying main() steps aside for libFuzzer's.
@@ -24,7 +27,7 @@ for target in $targets; do
     mkdir -p "$regressions"
     # SWIFT_BACKTRACE=enable=no: the Swift backtracer and ASan deadlock on a crash (verification.md).
     BLIP_FUZZ_TARGET="$target" SWIFT_BACKTRACE=enable=no timeout $((seconds + 300)) "$fuzzer" \
-        -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 \
+        -max_total_time="$seconds" -seed="$seed" -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 \
         -dict=Fixtures/fuzz/blip.dict -artifact_prefix="$work/$target/artifacts/" \
         "$work/$target/corpus" "$regressions" >"$work/$target/log.txt" 2>&1 &
     pids+=($!)
