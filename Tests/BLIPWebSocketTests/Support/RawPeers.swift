@@ -1,6 +1,5 @@
 import BLIP
 import BLIPWebSocket
-import Crypto
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -257,18 +256,7 @@ final class HandWrittenWebSocketServer: Sendable {
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             self.bytes += Self.unwrapInboundIn(data).readableBytesView
             if !self.answered {
-                guard let end = self.bytes.firstRange(of: Array("\r\n\r\n".utf8)) else { return }
-                let request = String(decoding: self.bytes[..<end.lowerBound], as: UTF8.self)
-                self.bytes.removeSubrange(..<end.upperBound)
-                let key =
-                    request.split(separator: "\r\n")
-                    .first { $0.lowercased().hasPrefix("sec-websocket-key:") }
-                    .map { $0.dropFirst("sec-websocket-key:".count).trimmingCharacters(in: .whitespaces) } ?? ""
-                let accept = Data(Insecure.SHA1.hash(data: Data((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").utf8)))
-                    .base64EncodedString()
-                let response =
-                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                    + "Sec-WebSocket-Accept: \(accept)\r\n\r\n"
+                guard let response = HandWrittenHandshake.response(consuming: &self.bytes) else { return }
                 self.answered = true
                 context.writeAndFlush(Self.wrapOutboundOut(ByteBuffer(bytes: Array(response.utf8) + self.frames)))
                     .whenComplete { _ in }

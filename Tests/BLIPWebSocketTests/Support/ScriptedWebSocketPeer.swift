@@ -1,5 +1,4 @@
 import BLIP
-import Crypto
 import Foundation
 import NIOCore
 import NIOPosix
@@ -142,20 +141,8 @@ private final class ScriptedWebSocketHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         self.bytes += Self.unwrapInboundIn(data).readableBytesView
         if !self.upgraded {
-            guard let end = self.bytes.firstRange(of: Array("\r\n\r\n".utf8)) else { return }
-            let request = String(decoding: self.bytes[..<end.lowerBound], as: UTF8.self)
-            self.bytes.removeSubrange(..<end.upperBound)
-            let key =
-                request.split(separator: "\r\n")
-                .first { $0.lowercased().hasPrefix("sec-websocket-key:") }
-                .map { $0.dropFirst("sec-websocket-key:".count).trimmingCharacters(in: .whitespaces) } ?? ""
-            let accept = Data(Insecure.SHA1.hash(data: Data((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").utf8)))
-                .base64EncodedString()
-            var response =
-                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + "Sec-WebSocket-Accept: \(accept)\r\n"
-            if let subprotocol = self.subprotocol { response += "Sec-WebSocket-Protocol: \(subprotocol)\r\n" }
-            response += "\r\n"
+            guard let response = HandWrittenHandshake.response(consuming: &self.bytes, subprotocol: self.subprotocol)
+            else { return }
             self.upgraded = true
             context.writeAndFlush(Self.wrapOutboundOut(ByteBuffer(string: response)), promise: nil)
             self.accepted.succeed(self.connection)
