@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export BLIP_SIMULATION_SESSIONS="${BLIP_SIMULATION_SESSIONS:-400}"
 swift build --build-tests --sanitize=thread --scratch-path .build-tsan
-swift test --skip-build --sanitize=thread --scratch-path .build-tsan 2>&1 | tee .build-tsan/test-output.txt
+TSAN_OPTIONS="suppressions=$PWD/.ci/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}" \
+    swift test --skip-build --sanitize=thread --scratch-path .build-tsan 2>&1 | tee .build-tsan/test-output.txt
 grep -E "^(✔|✘) Test run with" .build-tsan/test-output.txt | tail -n 1 | sed 's/^/tsan: /'
