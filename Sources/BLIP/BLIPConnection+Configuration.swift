@@ -22,16 +22,36 @@ extension BLIPConnection {
         /// The largest incoming property block; more is a protocol violation (LiteCore's limit).
         public var maximumPropertiesSize = BLIPPropertyCodec.defaultMaximumSize
         /// The largest incoming message body. A larger request is answered ERR BLIP/413; a larger reply
-        /// fails its request with ``BLIPConnectionError/Code/messageTooLarge``.
+        /// fails its request with ``BLIPConnectionError/Code/messageTooLarge``. Bodies read whole (not
+        /// streamed) are also limited to ``incomingBufferBudget``. Gzip bodies stop inflating at the limit.
         public var maximumIncomingMessageSize = 256 << 20
-        /// The most messages the peer may have partly sent at once; more is a protocol violation.
+        /// Bytes of an oversized message drained after it passed ``maximumIncomingMessageSize``; a peer that
+        /// sends more of it is disconnected (close code 1009).
+        public var maximumDrainedBytes = 16 << 20
+        /// Answer an oversized request ERR BLIP/413 as soon as it passes the limit rather than once its last
+        /// frame has arrived. Off by default: LiteCore treats a reply to a request it is still sending as
+        /// fatal; go-blip and this package accept it.
+        public var repliesEarlyToOversizedRequests = false
+        /// The most messages the peer may have partly sent at once; more closes the connection (1008).
         public var maximumIncomingMessagesInFlight = 1024
         /// The most one frame may inflate to (decompression-bomb guard).
         public var maximumInflatedFrameSize = 16 << 20
-        /// Handlers running at once before the connection stops reading from the peer.
+        /// Bytes the peer may make this connection hold: whole bodies being assembled, requests waiting for
+        /// or held by a handler, unread pieces of streamed bodies. Past it, ACKs of whole bodies stop (the
+        /// peer's flow control holds it back) and new requests wait or are refused (ERR BLIP/503).
+        public var incomingBufferBudget = 64 << 20
+        /// Past this many buffered bytes the peer is ignoring flow control: the connection closes (1008,
+        /// ``BLIPConnectionError/Code/limitExceeded``). Twice the budget leaves room for the one message
+        /// that may always finish, so honest peers never reach it.
+        public var incomingBufferHardLimit = 128 << 20
+        /// Handlers running at once. Requests beyond wait in arrival order for a free slot; the connection
+        /// keeps reading, so running handlers that wait for the peer (a streamed body, a reply) go on.
         public var maximumConcurrentHandlers = 512
-        /// Unhandled requests waiting in ``BLIPConnection/incomingRequests`` before reading stops.
+        /// Unhandled requests waiting in ``BLIPConnection/incomingRequests`` before reading pauses.
         public var incomingRequestBufferSize = 64
+        /// Bytes of replies waiting to be written beyond which, while the peer is not reading them (the
+        /// socket is full), the connection stops reading the peer's requests.
+        public var maximumQueuedReplyBytes = 8 << 20
         public var unhandledRequests = UnhandledRequestPolicy.respondNotFound
         /// Whether a handler's error text is sent in its BLIP/501 reply (off: errors may carry internals).
         public var sendsHandlerErrorMessages = false
@@ -40,7 +60,7 @@ extension BLIPConnection {
 
         public init() {}
 
-        func engineConfiguration(dialect: BLIPDialect, streamsRequestBodies: Bool) -> BLIPEngineConfiguration {
+        func engineConfiguration(dialect: BLIPDialect) -> BLIPEngineConfiguration {
             var engine = BLIPEngineConfiguration(dialect: dialect)
             if let compressionLevel = self.compressionLevel { engine.encoder.compressionLevel = compressionLevel }
             engine.encoder.skipsIncompressibleData = self.skipsIncompressibleData
@@ -51,7 +71,12 @@ extension BLIPConnection {
             engine.maximumPropertiesSize = self.maximumPropertiesSize
             engine.maximumIncomingMessageSize = self.maximumIncomingMessageSize
             engine.maximumIncomingMessagesInFlight = self.maximumIncomingMessagesInFlight
-            engine.consumesRequestBodiesManually = streamsRequestBodies
+            engine.maximumDrainedBytes = self.maximumDrainedBytes
+            engine.repliesEarlyToOversizedRequests = self.repliesEarlyToOversizedRequests
+            // The connection says when bodies are consumed: as read for streams, and for whole bodies as
+            // buffered, unless its buffer budget is exceeded (see ConnectionCore+Backpressure).
+            engine.consumesRequestBodiesManually = true
+            engine.consumesReplyBodiesManually = true
             return engine
         }
     }

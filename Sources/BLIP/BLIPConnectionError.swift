@@ -12,6 +12,7 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
             case heartbeatTimedOut
             case invalidMessage
             case shutDown
+            case limitExceeded
         }
 
         private var base: Base
@@ -34,6 +35,9 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
         public static let invalidMessage = Code(base: .invalidMessage)
         /// The connection is shutting down and takes no new work.
         public static let shutDown = Code(base: .shutDown)
+        /// The peer exceeded a limit of the connection: too many messages in flight, or more buffered data
+        /// than the connection's budget (closed with 1008).
+        public static let limitExceeded = Code(base: .limitExceeded)
 
         public var description: String { String(describing: self.base) }
     }

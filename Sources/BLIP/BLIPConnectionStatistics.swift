@@ -12,4 +12,16 @@ public struct BLIPConnectionStatistics: Hashable, Sendable {
     public var compressionSkipped = 0
     /// The current send window (bytes one message may have unacknowledged).
     public var sendWindow = 0
+    /// Bytes the peer makes the connection hold now (see ``BLIPConnection/Configuration/incomingBufferBudget``),
+    /// and the most it has held.
+    public var bufferedIncomingBytes = 0
+    public var peakBufferedIncomingBytes = 0
+    /// Times reading paused because handlers or the incoming-request buffer were behind.
+    public var readPausesForBacklog = 0
+    /// Times reading paused because replies piled up for a peer that was not reading them.
+    public var readPausesForUnreadReplies = 0
+    /// Requests answered ERR BLIP/503 because the connection was full and could not pause reading.
+    public var requestsRefusedBusy = 0
+    /// Requests that waited for a free handler slot.
+    public var requestsQueuedForHandler = 0
 }

@@ -29,7 +29,11 @@ public struct BLIPError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let notFound: Code = 404
         public static let payloadTooLarge: Code = 413
         public static let badRange: Code = 416
+        /// A reply that could not be encoded (a property with NUL, a block over the limit).
+        public static let internalError: Code = 500
         public static let handlerFailed: Code = 501
+        /// The connection was too busy to take the request (its handlers and buffers were full).
+        public static let busy: Code = 503
         public static let unspecified: Code = 599
     }
 

@@ -176,21 +176,27 @@ final class InMemoryLink: Sendable {
         }
     }
 
+    /// Closes `side` on its queue, after sending what its connection still has (replies it finishes after
+    /// a fatal error), as a WebSocket would before its close frame.
     func close(from side: Int, _ reason: BLIPCloseReason) {
+        self.queues[side].async {
+            self.pump(side)
+            self.closeNow(from: side, reason)
+        }
+    }
+
+    private func closeNow(from side: Int, _ reason: BLIPCloseReason) {
         let other = 1 - side
         let sink = self.ends.withLockedValue { ends -> BLIPTransportSink? in
             guard !ends[side].closed else { return nil }
             ends[side].closed = true
             ends[side].inbox.removeAll()
             if ends[other].peerClosed == nil && !ends[other].closed {
-                ends[other].peerClosed = .some(
-                    reason.kind == .protocolViolation
-                        ? BLIPConnectionError(.protocolViolation, "the peer closed: \(reason.message)") : nil
-                )
+                ends[other].peerClosed = .some(BLIPConnectionError(closedByPeerWith: reason.code, reason: reason.message))
             }
             return ends[side].sink
         }
-        if let sink { self.queues[side].async { sink.closed(nil) } }
+        sink?.closed(nil)
         self.scheduleDelivery(other)
     }
 

@@ -14,34 +14,41 @@ public final class BLIPIncomingRequest: Sendable {
     /// The request's number on the wire.
     public let number: UInt64
     let core: ConnectionCore
+    /// What the request counts against the connection's buffer budget until it is answered or let go.
+    private let charge: Int
     private let answered = Atomic<Bool>(false)
+    private let released = Atomic<Bool>(false)
 
-    init(core: ConnectionCore, request: BLIPRequest, number: UInt64, expectsReply: Bool) {
+    init(core: ConnectionCore, request: BLIPRequest, number: UInt64, expectsReply: Bool, charge: Int) {
         self.core = core
         self.request = request
         self.number = number
         self.expectsReply = expectsReply
+        self.charge = charge
     }
 
     deinit {
         if self.expectsReply && !self.answered.load(ordering: .acquiring) {
             self.core.respond(
                 to: self.number,
-                with: .failure(BLIPError(code: .handlerFailed, message: "request dropped without a reply"))
+                with: .failure(BLIPError(code: .handlerFailed, message: "request dropped without a reply")),
+                releasing: self.takeCharge()
             )
+        } else {
+            self.core.releaseBuffered(self.takeCharge())
         }
     }
 
     /// Sends the reply. Throws if the request was answered already or expects no reply.
     public func respond(_ response: BLIPResponse) throws {
         try self.markAnswered()
-        self.core.respond(to: self.number, with: .success(response))
+        self.core.respond(to: self.number, with: .success(response), releasing: self.takeCharge())
     }
 
     /// Sends an ERR reply.
     public func respond(throwing error: BLIPError) throws {
         try self.markAnswered()
-        self.core.respond(to: self.number, with: .failure(error))
+        self.core.respond(to: self.number, with: .failure(error), releasing: self.takeCharge())
     }
 
     private func markAnswered() throws {
@@ -51,6 +58,11 @@ public final class BLIPIncomingRequest: Sendable {
         guard !self.answered.exchange(true, ordering: .acquiringAndReleasing) else {
             throw BLIPConnectionError(.invalidMessage, "request #\(self.number) was already answered")
         }
+    }
+
+    /// The charge, the first time only.
+    private func takeCharge() -> Int {
+        self.released.exchange(true, ordering: .acquiringAndReleasing) ? 0 : self.charge
     }
 }
 
@@ -81,7 +93,7 @@ extension ConnectionCore {
             var effects = Effects()
             self.state.withLockedValue { state in
                 if let request = state.unhandled.popFirst() {
-                    self.resumeReadingIfPossible(&state, effects: &effects)
+                    self.updateReading(&state, effects: &effects)
                     effects.later { continuation.resume(returning: request) }
                 } else if state.closeError != nil || state.unhandledWaiter != nil {
                     effects.later { continuation.resume(returning: nil) }  // closed, or one reader at a time
@@ -91,5 +103,13 @@ extension ConnectionCore {
             }
             self.perform(effects)
         }
+    }
+
+    /// Bytes held for the peer were let go of outside any other operation.
+    func releaseBuffered(_ bytes: Int) {
+        guard bytes > 0 else { return }
+        var effects = Effects()
+        self.state.withLockedValue { state in self.release(bytes, &state, effects: &effects) }
+        self.perform(effects)
     }
 }

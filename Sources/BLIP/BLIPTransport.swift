@@ -26,32 +26,6 @@ public protocol BLIPTransport: AnyObject, Sendable {
     func close(_ reason: BLIPCloseReason)
 }
 
-/// Why a connection closes; the WebSocket transport maps it to a close code (1000 normal, 1011 for a
-/// protocol violation).
-public struct BLIPCloseReason: Hashable, Sendable, CustomStringConvertible {
-    public enum Kind: Hashable, Sendable {
-        case normal
-        case protocolViolation
-        case goingAway
-    }
-
-    public var kind: Kind
-    public var message: String
-
-    public init(_ kind: Kind, _ message: String = "") {
-        self.kind = kind
-        self.message = message
-    }
-
-    public static let normal = BLIPCloseReason(.normal)
-    public static let goingAway = BLIPCloseReason(.goingAway)
-    public static func protocolViolation(_ message: String) -> BLIPCloseReason {
-        BLIPCloseReason(.protocolViolation, message)
-    }
-
-    public var description: String { self.message.isEmpty ? "\(self.kind)" : "\(self.kind): \(self.message)" }
-}
-
 /// What a transport reports to: the connection's side of the seam. All calls come from the transport's
 /// serial context.
 public final class BLIPTransportSink: Sendable {
@@ -75,5 +49,11 @@ public final class BLIPTransportSink: Sendable {
     /// The transport is closed; `error` is nil for a normal close.
     public func closed(_ error: (any Error)?) {
         self.core.transportClosed(error)
+    }
+
+    /// The network can take more (true) or is full (false): the peer is not reading what we write. While
+    /// it is full and many replies wait to be written, the connection stops reading the peer's requests.
+    public func writabilityChanged(_ isWritable: Bool) {
+        self.core.writabilityChanged(isWritable)
     }
 }

@@ -41,6 +41,29 @@ extension BLIPConnectionEngine {
         return self.queueACKIfDue(message)
     }
 
+    /// The application refuses a message the peer is still sending (it is larger than the application
+    /// can hold): the rest is drained unread, and a request gets ERR BLIP/413, as if it had passed
+    /// ``BLIPEngineConfiguration/maximumIncomingMessageSize``. Does nothing for an unknown message.
+    /// - Returns: whether the writer has something new to send (an early 413).
+    public func refuse(_ id: BLIPIncomingID) throws(BLIPEngineError) -> Bool {
+        guard !self.isClosed, let message = self.incoming[id], !message.isDiscarding else { return false }
+        return try self.startDiscarding(message, tooLarge: true).wakeWriter
+    }
+
+    /// Nobody will read the rest of an incoming message (its reader went away): it is drained unread, and
+    /// otherwise stays as it was (a request may still be answered).
+    /// - Returns: whether an ACK became due.
+    @discardableResult
+    public func drain(_ id: BLIPIncomingID) -> Bool {
+        guard !self.isClosed, let message = self.incoming[id], !message.isDiscarding else { return false }
+        message.isDiscarding = true
+        self.propertyBytesBuffered -= message.reader.bufferedBytes
+        message.reader.cancel()
+        message.unconsumedFrames.removeAll()
+        message.bytesConsumable = message.bytesReceived
+        return self.queueACKIfDue(message)
+    }
+
     // MARK: - Data frames
 
     private func receivedData(_ frame: BLIPDataFrame) throws(BLIPEngineError) -> BLIPReceiveResult {
@@ -70,63 +93,103 @@ extension BLIPConnectionEngine {
                 reader: self.makeReader(for: header),
                 request: admission.request
             )
-            message.isDiscarding = admission.discards
             message.consumesAutomatically = admission.consumesAutomatically
             self.incoming[id] = message
+            if admission.discards {
+                message.isDiscarding = true
+                message.reader.cancel()
+            }
         }
 
+        message.bytesReceived += frame.bodyLength
+        var event: BLIPEngineEvent?
+        var wakeWriter = false
+        if message.isDiscarding {
+            // Drained unread: a gzip body is not inflated any further. One that keeps coming long past the
+            // size limit fails the connection.
+            let limit = self.configuration.maximumIncomingMessageSize
+            if message.isTooLarge {
+                message.bytesDrainedPastLimit += frame.bodyLength
+            } else {
+                message.bytesDrainedPastLimit = max(0, message.bytesReceived - limit)
+            }
+            guard message.bytesDrainedPastLimit <= self.configuration.maximumDrainedBytes else {
+                let drained = self.configuration.maximumDrainedBytes
+                throw self.fail(
+                    BLIPEngineError(.messageTooLarge, "\(id) went on for over \(drained) bytes past the \(limit)-byte limit")
+                )
+            }
+            message.bytesConsumable = message.bytesReceived
+        } else {
+            (event, wakeWriter) = try self.read(frame, into: message, isLastFrame: isLastFrame)
+        }
+
+        if isLastFrame {
+            self.incoming.removeValue(forKey: id)
+            if id.isRequest {
+                let wake = try self.requestCompleted(
+                    id.number,
+                    discarded: message.isDiscarding,
+                    refusedEarly: message.wasRefusedEarly,
+                    flags: message.flags
+                )
+                wakeWriter = wakeWriter || wake
+            }
+        } else if self.dialect.hasFlowControl {
+            wakeWriter = self.queueACKIfDue(message) || wakeWriter
+        }
+        return BLIPReceiveResult(event: event, wakeWriter: wakeWriter)
+    }
+
+    /// Reads a frame of a message that is being delivered: its body piece, and the event it makes.
+    private func read(
+        _ frame: BLIPDataFrame,
+        into message: IncomingMessageState,
+        isLastFrame: Bool
+    ) throws(BLIPEngineError) -> (BLIPEngineEvent?, wakeWriter: Bool) {
         let piece: ByteBuffer
+        let heldBefore = message.reader.bufferedBytes
         do {
             piece = try message.reader.append(frame.payload)
             if isLastFrame { try message.reader.finish() }
+            self.propertyBytesBuffered += message.reader.bufferedBytes - heldBefore
+        } catch let error where error.reason == .bodyTooLarge(limit: message.reader.maximumBodySize) {
+            // Inflation stopped at the limit: the message is refused, the connection stays.
+            self.propertyBytesBuffered += message.reader.bufferedBytes - heldBefore
+            message.bytesConsumable = message.bytesReceived
+            return try self.startDiscarding(message, tooLarge: true)
         } catch {
-            throw self.fail(BLIPEngineError(.protocolViolation, "\(id): \(error)", wireError: error))
+            throw self.fail(BLIPEngineError(.protocolViolation, "\(message.id): \(error)", wireError: error))
         }
-        message.bytesReceived += frame.bodyLength
-
-        var event: BLIPEngineEvent?
-        var wakeWriter = false
-        if !message.isDiscarding
-            && message.bodyDelivered + piece.readableBytes > self.configuration.maximumIncomingMessageSize
-        {
-            event = self.startDiscarding(message)
+        guard message.bodyDelivered + piece.readableBytes <= self.configuration.maximumIncomingMessageSize else {
+            message.bytesConsumable = message.bytesReceived
+            return try self.startDiscarding(message, tooLarge: true)
         }
         message.bodyDelivered += piece.readableBytes
-        if message.isDiscarding || message.consumesAutomatically {
+        if message.consumesAutomatically {
             message.bodyConsumed = message.bodyDelivered
             message.bytesConsumable = message.bytesReceived
         } else {
             message.unconsumedFrames.append((message.bytesReceived, message.bodyDelivered))
             _ = message.consume(0)
         }
-        if !message.isDiscarding {
-            if !message.headDelivered, let properties = message.reader.properties {
-                message.headDelivered = true
-                event = .messageStarted(
-                    BLIPIncomingMessage(
-                        id: id,
-                        type: message.type,
-                        flags: message.flags,
-                        properties: properties,
-                        body: piece,
-                        isComplete: isLastFrame,
-                        request: message.request
-                    )
-                )
-            } else if message.headDelivered && (piece.readableBytes > 0 || isLastFrame) {
-                event = .bodyReceived(id, piece, isComplete: isLastFrame)
-            }
+        if !message.headDelivered, let properties = message.reader.properties {
+            message.headDelivered = true
+            let started = BLIPIncomingMessage(
+                id: message.id,
+                type: message.type,
+                flags: message.flags,
+                properties: properties,
+                body: piece,
+                isComplete: isLastFrame,
+                request: message.request
+            )
+            return (.messageStarted(started), false)
         }
-
-        if isLastFrame {
-            self.incoming.removeValue(forKey: id)
-            if id.isRequest {
-                wakeWriter = try self.requestCompleted(id.number, discarded: message.isDiscarding, flags: message.flags)
-            }
-        } else if self.dialect.hasFlowControl {
-            wakeWriter = self.queueACKIfDue(message)
+        if message.headDelivered && (piece.readableBytes > 0 || isLastFrame) {
+            return (.bodyReceived(message.id, piece, isComplete: isLastFrame), false)
         }
-        return BLIPReceiveResult(event: event, wakeWriter: wakeWriter)
+        return (nil, false)
     }
 
     /// A message that fits one frame (most of them): no state is kept for it.
@@ -135,26 +198,34 @@ extension BLIPConnectionEngine {
         id: BLIPIncomingID,
         admission: Admission
     ) throws(BLIPEngineError) -> BLIPReceiveResult {
-        var reader = self.makeReader(for: frame.header)
-        let body: ByteBuffer
-        do {
-            body = try reader.append(frame.payload)
-            try reader.finish()
-        } catch {
-            throw self.fail(BLIPEngineError(.protocolViolation, "\(id): \(error)", wireError: error))
+        var tooLarge = false
+        var properties: BLIPProperties?
+        var body = ByteBuffer()
+        if !admission.discards {
+            var reader = self.makeReader(for: frame.header)
+            do {
+                body = try reader.append(frame.payload)
+                try reader.finish()
+                properties = reader.properties
+            } catch let error where error.reason == .bodyTooLarge(limit: reader.maximumBodySize) {
+                reader.cancel()
+                tooLarge = true
+            } catch {
+                throw self.fail(BLIPEngineError(.protocolViolation, "\(id): \(error)", wireError: error))
+            }
+            tooLarge = tooLarge || body.readableBytes > self.configuration.maximumIncomingMessageSize
         }
         let flags = frame.header.flags
         var event: BLIPEngineEvent?
-        let tooLarge = body.readableBytes > self.configuration.maximumIncomingMessageSize
         if tooLarge, let request = admission.request {
             event = .messageFailed(id, request: request, self.tooLargeError(id))
-        } else if !tooLarge && !admission.discards {
+        } else if !tooLarge, let properties {
             event = .messageStarted(
                 BLIPIncomingMessage(
                     id: id,
                     type: frame.header.type,
                     flags: flags,
-                    properties: reader.properties!,
+                    properties: properties,
                     body: body,
                     isComplete: true,
                     request: admission.request
@@ -163,8 +234,8 @@ extension BLIPConnectionEngine {
         }
         var wakeWriter = false
         if id.isRequest {
-            if tooLarge { self.unanswered.removeValue(forKey: id.number) }
-            wakeWriter = try self.requestCompleted(id.number, discarded: tooLarge, flags: flags)
+            if tooLarge { self.dropUnanswered(id.number) }
+            wakeWriter = try self.requestCompleted(id.number, discarded: tooLarge, refusedEarly: false, flags: flags)
         }
         return BLIPReceiveResult(event: event, wakeWriter: wakeWriter)
     }
@@ -203,51 +274,81 @@ extension BLIPConnectionEngine {
         return Admission(
             request: pending.request,
             discards: pending.isAbandoned,
-            consumesAutomatically: !pending.streamsReply
+            consumesAutomatically: !pending.streamsReply && !self.configuration.consumesReplyBodiesManually
         )
     }
 
     private func makeReader(for header: BLIPFrameHeader) -> BLIPMessageReader {
-        self.decoder.makeMessageReader(for: header, maximumPropertiesSize: self.configuration.maximumPropertiesSize)
+        self.decoder.makeMessageReader(
+            for: header,
+            maximumPropertiesSize: self.configuration.maximumPropertiesSize,
+            maximumBodySize: self.configuration.maximumIncomingMessageSize
+        )
     }
 
     private func tooLargeError(_ id: BLIPIncomingID) -> BLIPEngineError {
         BLIPEngineError(.messageTooLarge, "\(id) is larger than \(self.configuration.maximumIncomingMessageSize) bytes")
     }
 
-    /// The message grew past the size limit: drain the rest. A request can no longer be answered by the
-    /// application: it gets ERR BLIP/413 once complete.
-    private func startDiscarding(_ message: IncomingMessageState) -> BLIPEngineEvent? {
+    /// The message grew past the size limit, or the application refused it: drain the rest. A request can
+    /// no longer be answered by the application: it gets ERR BLIP/413, once complete (or at once with
+    /// ``BLIPEngineConfiguration/repliesEarlyToOversizedRequests``).
+    private func startDiscarding(
+        _ message: IncomingMessageState,
+        tooLarge: Bool
+    ) throws(BLIPEngineError) -> (BLIPEngineEvent?, wakeWriter: Bool) {
         message.isDiscarding = true
+        message.isTooLarge = tooLarge
+        self.propertyBytesBuffered -= message.reader.bufferedBytes
+        message.reader.cancel()
         message.unconsumedFrames.removeAll()
+        message.bytesConsumable = message.bytesReceived
+        var wakeWriter = false
         if message.id.isRequest {
-            self.unanswered.removeValue(forKey: message.id.number)
+            self.dropUnanswered(message.id.number)
+            if tooLarge && self.configuration.repliesEarlyToOversizedRequests && !message.flags.contains(.noReply) {
+                message.wasRefusedEarly = true
+                wakeWriter = try self.refuseOversizedRequest(message.id.number, flags: message.flags)
+            }
         }
-        let error = self.tooLargeError(message.id)
         // The application only hears of it if it knew the message, or awaits it as a reply.
-        guard message.headDelivered || message.request != nil else { return nil }
-        return .messageFailed(message.id, request: message.request, error)
+        guard tooLarge, message.headDelivered || message.request != nil else { return (nil, wakeWriter) }
+        return (.messageFailed(message.id, request: message.request, self.tooLargeError(message.id)), wakeWriter)
+    }
+
+    /// Forgets a request of the peer's that will not be answered by the application; a reply it had
+    /// already given (held until the request was complete) is dropped.
+    private func dropUnanswered(_ number: UInt64) {
+        guard let held = self.unanswered.removeValue(forKey: number)?.heldReply else { return }
+        self.outgoing.removeValue(forKey: held.id)
+        self.forgetQueuedReplyBytes(of: held)
+    }
+
+    /// Queues ERR BLIP/413 for an oversized request.
+    private func refuseOversizedRequest(_ number: UInt64, flags: BLIPFrameFlags) throws(BLIPEngineError) -> Bool {
+        var properties = BLIPProperties()
+        properties[BLIPProperties.errorDomainName] = "BLIP"
+        properties[BLIPProperties.errorCodeName] = Self.tooLargeErrorCode
+        self.unanswered[number] = UnansweredRequest(isUrgent: flags.contains(.urgent), isComplete: true)
+        let reply = BLIPOutgoingMessage(
+            .error(toRequest: number),
+            properties: properties,
+            body: .buffer(ByteBuffer(string: "message too large"))
+        )
+        return try self.enqueue(reply).wakeWriter
     }
 
     /// A request from the peer has arrived whole: its reply may now leave. One that was too large gets
-    /// ERR BLIP/413 instead, unless it was no-reply.
+    /// ERR BLIP/413 instead (unless it was no-reply, or was refused before it ended).
     private func requestCompleted(
         _ number: UInt64,
         discarded: Bool,
+        refusedEarly: Bool,
         flags: BLIPFrameFlags
     ) throws(BLIPEngineError) -> Bool {
         if discarded {
-            guard !flags.contains(.noReply) else { return false }
-            var properties = BLIPProperties()
-            properties[BLIPProperties.errorDomainName] = "BLIP"
-            properties[BLIPProperties.errorCodeName] = Self.tooLargeErrorCode
-            self.unanswered[number] = UnansweredRequest(isUrgent: flags.contains(.urgent), isComplete: true)
-            let reply = BLIPOutgoingMessage(
-                .error(toRequest: number),
-                properties: properties,
-                body: .buffer(ByteBuffer(string: "message too large"))
-            )
-            return try self.enqueue(reply).wakeWriter
+            guard !flags.contains(.noReply), !refusedEarly else { return false }
+            return try self.refuseOversizedRequest(number, flags: flags)
         }
         guard var request = self.unanswered[number] else { return false }
         request.isComplete = true

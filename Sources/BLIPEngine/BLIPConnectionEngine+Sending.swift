@@ -65,6 +65,7 @@ extension BLIPConnectionEngine {
             streamsReply: message.streamsReply && message.type == .request
         )
         self.outgoing[id] = state
+        if state.type != .request { self.replyBytesQueued += data.readableBytes }
 
         if var request {
             if request.isComplete {
@@ -94,6 +95,7 @@ extension BLIPConnectionEngine {
         }
         let wasStarved = state.isStarved
         state.data.append(chunk)
+        if state.type != .request && !state.hasStarted { self.replyBytesQueued += chunk.readableBytes }
         if isComplete { state.isBodyComplete = true }
         guard wasStarved, !state.isStarved, !state.isHeld, !state.isPaused, !state.isQueued else { return false }
         self.queue(state, isNew: !state.hasStarted)
@@ -122,6 +124,7 @@ extension BLIPConnectionEngine {
         if !state.hasStarted {
             if state.isQueued { self.outbox.remove(state) }
             self.outgoing.removeValue(forKey: id)
+            self.forgetQueuedReplyBytes(of: state)
             if state.isHeld, var request = self.unanswered[state.number] {
                 request.heldReply = nil  // the peer's request may be answered again
                 self.unanswered[state.number] = request
@@ -144,7 +147,7 @@ extension BLIPConnectionEngine {
     ///
     /// - Parameter now: the time the frame leaves, for measuring round trips.
     public func nextFrame(into output: inout ByteBuffer, now: NIODeadline) throws(BLIPEngineError) -> BLIPNextFrame {
-        guard !self.isClosed, self.failure == nil else { return .idle }
+        guard !self.isClosed, self.failure == nil || self.isFinishingReplies else { return .idle }
         if let ack = self.pendingACKs.popFirst() {
             let start = output.writerIndex
             do {
@@ -208,6 +211,9 @@ extension BLIPConnectionEngine {
         } catch {
             throw self.fail(BLIPEngineError(.invalidMessage, "\(error)", wireError: error))
         }
+        if isFirstFrame && state.type != .request {
+            self.replyBytesQueued -= state.data.readableBytes + encoded.dataBytesConsumed
+        }
         state.framesSent += 1
         state.bytesSent += encoded.bodyLength
         let isLastFrame = !encoded.header.flags.contains(.moreComing)
@@ -216,7 +222,7 @@ extension BLIPConnectionEngine {
             self.outgoing.removeValue(forKey: state.id)
             self.sending.removeValue(forKey: state.wireIdentity)
         } else {
-            if self.dialect.hasFlowControl {
+            if self.dialect.hasFlowControl && !self.isFinishingReplies {
                 state.unacknowledgedFrames.append((state.bytesSent, now))
                 if state.unacknowledgedBytes >= self.window.size {
                     state.isPaused = true
@@ -236,6 +242,11 @@ extension BLIPConnectionEngine {
                 isLastFrame: isLastFrame
             )
         )
+    }
+
+    /// A reply leaves unsent: its data no longer counts as queued.
+    func forgetQueuedReplyBytes(of state: OutgoingMessageState) {
+        if state.type != .request && !state.hasStarted { self.replyBytesQueued -= state.data.readableBytes }
     }
 
     func queue(_ state: OutgoingMessageState, isNew: Bool) {

@@ -34,6 +34,13 @@ public final class BLIPConnectionEngine {
     var nextOutgoingID: UInt64 = 1
     var lastRequestNumberSent: UInt64 = 0
     var window: SendWindowEstimator
+    /// Message data of our replies not yet started: what the peer's requests made us hold for it.
+    var replyBytesQueued = 0
+    /// Incomplete property blocks of incoming messages (they may straddle frames).
+    var propertyBytesBuffered = 0
+    /// After a fatal error: complete replies may still be framed, nothing else (see
+    /// ``finishRepliesAfterFailure()``).
+    var isFinishingReplies = false
 
     struct PendingReply {
         let request: BLIPOutgoingID
@@ -90,6 +97,17 @@ public final class BLIPConnectionEngine {
     /// Messages the peer has partly sent.
     public var incomingCount: Int { self.incoming.count }
 
+    /// Bytes of our replies (and ERRs) queued whose first frame has not left. A peer that sends requests
+    /// without reading the replies makes this grow; the driver can stop reading while it is large.
+    public var queuedReplyBytes: Int { self.replyBytesQueued }
+
+    /// Bytes of incoming property blocks held until they are complete: what the engine itself buffers for
+    /// the peer's unfinished messages (bodies are the driver's).
+    public var bufferedPropertyBytes: Int { self.propertyBytesBuffered }
+
+    /// Bytes produced by decompression of incoming frames and bodies so far.
+    public var bytesInflated: Int { self.decoder.bytesInflated }
+
     /// Frame bytes of an incoming message that have arrived but whose body has not been consumed: what
     /// it holds in memory, in the units flow control counts.
     public func unconsumedBytes(of id: BLIPIncomingID) -> Int {
@@ -139,6 +157,8 @@ public final class BLIPConnectionEngine {
             }
         }
         _ = self.outbox.removeAll()
+        self.replyBytesQueued = 0
+        self.propertyBytesBuffered = 0
         self.pendingACKs.removeAll()
         self.outgoing.removeAll()
         self.sending.removeAll()
@@ -146,6 +166,26 @@ public final class BLIPConnectionEngine {
         self.incoming.removeAll()
         self.unanswered.removeAll()
         return closure
+    }
+
+    /// After a fatal error (the peer broke the protocol), lets the replies already queued whole still be
+    /// framed, ignoring the send window, so that answers to the peer's earlier, valid requests go out
+    /// before the connection closes. Nothing else is sent: no ACKs, no requests, no streamed or held
+    /// replies. The driver decides how many bytes it writes this way, then calls ``close()``.
+    public func finishRepliesAfterFailure() {
+        guard self.failure != nil, !self.isClosed, !self.isFinishingReplies else { return }
+        self.isFinishingReplies = true
+        self.pendingACKs.removeAll()
+        var wasQueued = Set<BLIPOutgoingID>()
+        for state in self.outbox.removeAll() {
+            state.isQueued = false
+            wasQueued.insert(state.id)
+        }
+        for state in self.outgoing.values.sorted(by: { $0.id < $1.id })
+        where state.type != .request && state.isBodyComplete && (wasQueued.contains(state.id) || state.isPaused) {
+            state.isPaused = false
+            self.queue(state, isNew: !state.hasStarted)
+        }
     }
 
     func checkUsable() throws(BLIPEngineError) {

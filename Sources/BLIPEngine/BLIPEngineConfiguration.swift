@@ -30,10 +30,22 @@ public struct BLIPEngineConfiguration: Sendable {
     public var maximumIncomingMessageSize = 1 << 30
     /// The most messages the peer may have partly sent at once; more is fatal.
     public var maximumIncomingMessagesInFlight = 1024
+    /// Bytes of an oversized message drained after it passed ``maximumIncomingMessageSize``; a peer that
+    /// sends more of it fails the connection (``BLIPEngineError/Code/messageTooLarge``, thrown), so that a
+    /// message that never ends cannot keep the connection busy forever.
+    public var maximumDrainedBytes = 16 << 20
+    /// Whether an oversized request is answered ERR BLIP/413 as soon as it passes the limit, instead of
+    /// once its last frame has arrived. Off by default: LiteCore treats a reply to a request it is still
+    /// sending as fatal (digest trap 17); go-blip and this package accept it.
+    public var repliesEarlyToOversizedRequests = false
     /// Whether incoming requests' bodies count as consumed only when the application says so
     /// (``BLIPConnectionEngine/consumed(_:bytes:)``), holding back ACKs while it lags. Off, a body counts
     /// as consumed once delivered. Replies are consumed manually when their request asked to stream them.
     public var consumesRequestBodiesManually = false
+    /// Whether replies' bodies count as consumed only when the application says so, like requests with
+    /// ``consumesRequestBodiesManually`` (a connection that budgets what it buffers holds back ACKs of
+    /// whole bodies too).
+    public var consumesReplyBodiesManually = false
     /// A streamed outgoing body is asked for more while less than this much of it is queued.
     public var streamedBodyLowWatermark = 64 * 1024
 

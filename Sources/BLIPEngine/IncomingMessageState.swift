@@ -12,6 +12,11 @@ final class IncomingMessageState {
     var headDelivered = false
     /// Too large, or a reply nobody wants: remaining frames are read and dropped.
     var isDiscarding = false
+    /// Frame bytes drained since the message passed the size limit.
+    var bytesDrainedPastLimit = 0
+    var isTooLarge = false
+    /// An oversized request already answered ERR BLIP/413 (before its last frame).
+    var wasRefusedEarly = false
     /// Body bytes count as consumed once delivered (the application buffers them).
     var consumesAutomatically = true
 

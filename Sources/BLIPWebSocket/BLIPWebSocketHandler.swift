@@ -6,8 +6,9 @@ internal import NIOWebSocket
 /// Carries BLIP frames in WebSocket binary messages, on the channel's event loop: every received message
 /// goes straight to the connection, and frames are pulled from it while the channel is writable, then
 /// flushed once per batch. Answers pings, sends heartbeat pings, and runs the close handshake with the
-/// right codes (1000 normal, 1011 protocol violation, 1003 text message, 1002 WebSocket protocol error,
-/// 1009 too large; never 1005 or 1006).
+/// code that says who was wrong (1000 normal, 1002 the peer broke the WebSocket or BLIP protocol, 1003 a
+/// text message, 1007 bad UTF-8, 1008 the peer exceeded a limit, 1009 too large, 1011 our own failure;
+/// never 1005 or 1006).
 ///
 /// It checks what NIO's frame decoder leaves to the application (RFC 6455 5-8): reserved bits and
 /// opcodes, masking in each direction, fragmentation (it reassembles fragmented messages itself), UTF-8 in
@@ -64,6 +65,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// A frame buffer allocated but not used by the last pump (there was nothing to send).
     private var spareBuffer: ByteBuffer?
     private var awaitingPong = false
+    /// The connection paused reading: a pong may be waiting unread.
+    private var readingPaused = false
     private var heartbeat: RepeatedTask?
     private var pongDeadline: Scheduled<Void>?
     private var closeDeadline: Scheduled<Void>?
@@ -157,23 +160,33 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     }
 
     func setReading(_ enabled: Bool) {
+        self.readingPaused = !enabled
         guard let context else { return }
         context.channel.setOption(ChannelOptions.autoRead, value: enabled).whenComplete { _ in }
         if enabled { context.read() }
     }
 
-    /// Starts the close handshake. The connection is reported closed at once: nothing more is read.
+    /// Starts the close handshake, after writing what the connection still has to send (replies to the
+    /// peer's earlier requests, when the close is for a fatal error). The connection is reported closed at
+    /// once: nothing more is read.
     func close(_ reason: BLIPCloseReason) {
-        let code: WebSocketErrorCode =
-            switch reason.kind {
-            case .normal: .normalClosure
-            case .goingAway: .goingAway
-            case .protocolViolation: .unexpectedServerError
-            }
+        self.pump()
+        let code = WebSocketErrorCode(codeNumber: Int(reason.code.rawValue))
         let error: (any Error)? =
-            reason.kind == .protocolViolation
-            ? BLIPConnectionError(.protocolViolation, reason.message) : nil
+            reason.code.isNormal
+            ? nil : BLIPConnectionError(Self.errorCode(forLocalClose: reason.code), reason.message)
         self.startClose(code, reason: reason.message, error: error)
+    }
+
+    /// What a connection that closes itself with `code` reports (the connection has usually failed its
+    /// requests with its own error already).
+    static func errorCode(forLocalClose code: BLIPCloseCode) -> BLIPConnectionError.Code {
+        switch code {
+        case .policyViolation: .limitExceeded
+        case .messageTooBig: .messageTooLarge
+        case .internalError: .transportFailed
+        default: .protocolViolation
+        }
     }
 
     // MARK: - Channel events
@@ -292,7 +305,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { self.pumpLater(context: context) }
+        let isWritable = context.channel.isWritable
+        if isWritable { self.pumpLater(context: context) }
+        // The connection stops reading requests while replies pile up for a peer that does not read them.
+        self.sink?.writabilityChanged(isWritable)
         context.fireChannelWritabilityChanged()
     }
 
@@ -348,14 +364,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             reason = String(buffer: data)
         }
         let number = UInt16(webSocketErrorCode: code)
-        let error: (any Error)? =
-            number == 1000 || number == 1001
-            ? nil
-            : BLIPConnectionError(
-                number == 1011 ? .protocolViolation : .connectionClosed,
-                "the peer closed with code \(number)\(reason.isEmpty ? "" : ": \(reason)")"
-            )
-        self.reportClosed(error)
+        self.reportClosed(BLIPConnectionError(closedByPeerWith: BLIPCloseCode(rawValue: number), reason: reason))
         if !self.sentClose, let context {
             // Answer with the same code, then end the connection.
             self.sentClose = true
@@ -472,6 +481,15 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     private func heartbeatTimedOut() {
         guard self.awaitingPong, let context else { return }
+        if self.readingPaused && context.channel.isWritable {
+            // Our ping went out, and the pong may be waiting behind what we are not reading yet (handlers
+            // are behind): that is no sign of a dead peer. Look again after another timeout.
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            self.pongDeadline = context.eventLoop.scheduleTask(in: self.settings.heartbeatTimeout) {
+                loopBound.value.heartbeatTimedOut()
+            }
+            return
+        }
         self.settings.logger.debug("no pong in time: closing")
         self.startClose(
             .goingAway,

@@ -9,6 +9,12 @@ protocol FrameSink: AnyObject, Sendable {
     /// Appends the next message to send to `buffer`; returns its kind (text or binary), or nil if none.
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind?
     func closed(_ error: (any Error)?)
+    /// The channel can take more writes (true), or is full: the peer is not reading.
+    func writabilityChanged(_ isWritable: Bool)
+}
+
+extension FrameSink {
+    func writabilityChanged(_ isWritable: Bool) {}
 }
 
 enum MessageKind {
@@ -36,5 +42,9 @@ final class BLIPFrameSink: FrameSink {
 
     func closed(_ error: (any Error)?) {
         self.sink.closed(error)
+    }
+
+    func writabilityChanged(_ isWritable: Bool) {
+        self.sink.writabilityChanged(isWritable)
     }
 }

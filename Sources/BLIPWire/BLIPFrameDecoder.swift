@@ -59,6 +59,7 @@ public final class BLIPFrameDecoder {
     private var checksum = BLIPRunningChecksum()
     private var inflater: FrameInflater?
     private var inflateScratch = ByteBuffer()
+    private var framesInflated = 0
     let gzipPool = GzipDecompressorPool()
 
     public init(dialect: BLIPDialect, configuration: Configuration = Configuration()) {
@@ -68,6 +69,10 @@ public final class BLIPFrameDecoder {
 
     /// The running CRC-32 after the frames decoded so far (BLIP 3).
     public var checksumValue: UInt32 { self.checksum.value }
+
+    /// Bytes produced by decompression so far: inflated frames (BLIP 3) and gzip bodies (the older
+    /// dialects). What the limits on inflation keep bounded.
+    public var bytesInflated: Int { self.framesInflated + self.gzipPool.bytesInflated }
 
     /// Decodes the next frame of the direction (one WebSocket binary message).
     public func decode(_ frame: ByteBuffer) throws(BLIPWireError) -> BLIPDecodedFrame {
@@ -153,10 +158,13 @@ public final class BLIPFrameDecoder {
         } catch {
             throw error.shifted(by: offset)
         }
+        self.framesInflated += self.inflateScratch.readableBytes
         return self.inflateScratch
     }
 
     /// A reader for a message whose first frame has `header`, sharing this direction's gzip inflaters.
+    /// A gzip body stops inflating as soon as it passes `maximumBodySize`; one frame's piece of it may
+    /// inflate to at most ``Configuration/maximumInflatedFrameSize``, as a BLIP 3 frame may.
     public func makeMessageReader(
         for header: BLIPFrameHeader,
         maximumPropertiesSize: Int = BLIPPropertyCodec.defaultMaximumSize,
@@ -167,6 +175,7 @@ public final class BLIPFrameDecoder {
             bodyIsGzip: !self.dialect.compressesFrames && header.flags.contains(.compressed),
             maximumPropertiesSize: maximumPropertiesSize,
             maximumBodySize: maximumBodySize,
+            maximumInflatedPieceSize: self.configuration.maximumInflatedFrameSize,
             gzipPool: self.gzipPool
         )
     }

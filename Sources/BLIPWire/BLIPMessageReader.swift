@@ -16,6 +16,8 @@ public struct BLIPMessageReader {
     public let maximumPropertiesSize: Int
     /// The most body bytes (after gzip inflation, in the older dialects) this message may have.
     public let maximumBodySize: Int
+    /// The most one frame's piece of a gzip body may inflate to (decompression-bomb guard).
+    public let maximumInflatedPieceSize: Int
 
     /// The properties, once the whole property block has arrived.
     public private(set) var properties: BLIPProperties?
@@ -35,17 +37,22 @@ public struct BLIPMessageReader {
         bodyIsGzip: Bool,
         maximumPropertiesSize: Int,
         maximumBodySize: Int,
+        maximumInflatedPieceSize: Int,
         gzipPool: GzipDecompressorPool?
     ) {
         self.dialect = dialect
         self.bodyIsGzip = bodyIsGzip
         self.maximumPropertiesSize = maximumPropertiesSize
         self.maximumBodySize = maximumBodySize
+        self.maximumInflatedPieceSize = maximumInflatedPieceSize
         self.gzipPool = gzipPool
     }
 
     /// Whether the body arrives as gzip (seed and BLIP 2 compressed messages).
     public var isBodyCompressed: Bool { self.bodyIsGzip }
+
+    /// Bytes held while the property block is incomplete (it may straddle frames).
+    public var bufferedBytes: Int { self.pending.readableBytes }
 
     /// Takes the next frame's payload and returns the body bytes it completes (possibly none).
     ///
@@ -79,6 +86,7 @@ public struct BLIPMessageReader {
     /// Gives the reader's gzip inflater back before the message is complete (the message was abandoned).
     public mutating func cancel() {
         self.state = .finished
+        self.pending = ByteBuffer()
         self.releaseGzip()
     }
 
@@ -142,13 +150,21 @@ public struct BLIPMessageReader {
         }
         let gzip = try self.takeGzip()
         gzip.scratch.clear()
+        // Inflation stops at whichever comes first: the body's allowance (the message is too large, which
+        // the connection survives) or the piece limit (a bomb in one frame, which it does not).
+        let limit = min(remainingAllowance, self.maximumInflatedPieceSize)
         do {
             try payload.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
-                try gzip.decompress(bytes, limit: remainingAllowance, into: &gzip.scratch)
+                try gzip.decompress(bytes, limit: limit, into: &gzip.scratch)
             }
-        } catch let error where error.reason == .inflatedTooLarge(limit: remainingAllowance) {
+        } catch let error where error.reason == .inflatedTooLarge(limit: limit) {
+            self.gzipPool?.bytesInflated += gzip.scratch.readableBytes
+            guard limit == remainingAllowance else {
+                throw BLIPWireError(.inflatedTooLarge(limit: limit), offset: self.dataBytesReceived)
+            }
             throw BLIPWireError(.bodyTooLarge(limit: self.maximumBodySize), offset: self.dataBytesReceived)
         }
+        self.gzipPool?.bytesInflated += gzip.scratch.readableBytes
         self.bodyBytesRead += gzip.scratch.readableBytes
         return gzip.scratch
     }
@@ -173,6 +189,8 @@ public struct BLIPMessageReader {
 /// compressed message being received needs its own stream, but streams are not created per message.
 final class GzipDecompressorPool {
     private var idle: [GzipBodyDecompressor] = []
+    /// Body bytes inflated by the readers sharing this pool.
+    var bytesInflated = 0
     /// Idle inflaters kept; more are freed (each holds about 40 KB once used).
     private let maximumIdle = 4
 

@@ -112,7 +112,10 @@ final class ZlibStream {
             var status: Int32 = Z_OK
             var availableOut = 0
             let written = output.writeWithUnsafeMutableBytes(minimumWritableBytes: request) { target in
-                let room = min(target.count, Int(UInt32.max))
+                // Never more room than the limit leaves (plus one byte, to see it crossed): the buffer may
+                // have grown well past what was asked for.
+                let allowed = outputLimit == .max ? Int(UInt32.max) : outputLimit - produced + 1
+                let room = min(target.count, Int(UInt32.max), allowed)
                 stream.pointee.next_out = target.baseAddress!.assumingMemoryBound(to: Bytef.self)
                 stream.pointee.avail_out = uInt(room)
                 status = self.kind == .deflate ? deflate(stream, flush) : inflate(stream, flush)

@@ -259,7 +259,7 @@ struct LoopbackTests {
         await server.close()
     }
 
-    @Test("close codes: 1000 for a normal close, 1011 for a protocol violation, 1003 for text")
+    @Test("close codes: 1000 for a normal close, 1002 for a protocol violation, 1003 for text")
     func closeCodes() async throws {
         // Our client closing normally: the server sees 1000.
         let server = try await RawWebSocketServer { $0.first }
@@ -277,7 +277,7 @@ struct LoopbackTests {
         await server.close()
 
         try await withServer { blipServer in
-            // A frame with a bad CRC: our server closes with 1011.
+            // A frame with a bad CRC: the peer broke the protocol, our server closes with 1002.
             let raw = try await RawWebSocketClient.connect(port: blipServer.port, subprotocols: ["BLIP_3+CBMobile_3"])
             let violation = try await raw.channel.executeThenClose { inbound, outbound -> UInt16? in
                 try await outbound.write(
@@ -289,7 +289,7 @@ struct LoopbackTests {
                 }
                 return nil
             }
-            #expect(violation == 1011)
+            #expect(violation == 1002)
             // A text message: 1003.
             let texter = try await RawWebSocketClient.connect(
                 port: blipServer.port,

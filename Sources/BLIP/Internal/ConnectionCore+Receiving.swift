@@ -18,16 +18,20 @@ extension ConnectionCore {
             do throws(BLIPEngineError) {
                 result = try state.engine.receive(frame, now: .now())
             } catch {
-                self.fatal(error, &state, effects: &effects)
+                self.fatal(error, byPeer: true, &state, effects: &effects)
                 return
-            }
-            if self.tracesFrames {
-                self.logger.trace("received frame", metadata: ["blip.length": "\(frame.readableBytes)"])
             }
             effects.wakeWriter = result.wakeWriter
             if let event = result.event { self.handle(event, &state, effects: &effects) }
+            // Property blocks still arriving are held by the engine: they count too.
+            if state.closeError == nil && self.checkHardLimit(&state, effects: &effects) {
+                self.updateReading(&state, effects: &effects)
+            }
         }
         self.perform(effects)
+        if self.tracesFrames {
+            self.logger.trace("received frame", metadata: ["blip.length": "\(frame.readableBytes)"])
+        }
     }
 
     private func handle(_ event: BLIPEngineEvent, _ state: inout State, effects: inout Effects) {
@@ -38,45 +42,129 @@ extension ConnectionCore {
             } else {
                 self.replyStarted(message, &state, effects: &effects)
             }
-        case .bodyReceived(let id, var body, let isComplete):
-            // Taken out of the table while it grows, so that the accumulated body has one owner and
-            // appending to it never copies it.
-            guard let inbound = state.inbound.removeValue(forKey: id) else { break }
-            switch consume inbound {
-            case .request(let message, var accumulated, let route):
-                let count = body.readableBytes
-                accumulated.writeBuffer(&body)
-                Self.consumed(id, bytes: count, &state, effects: &effects)
-                if isComplete {
-                    self.requestComplete(message, body: accumulated, route: route, &state, effects: &effects)
-                } else {
-                    state.inbound[id] = .request(message, body: accumulated, route: route)
-                }
-            case .reply(let message, var accumulated, let waiter):
-                accumulated.writeBuffer(&body)
-                if isComplete {
-                    self.replyComplete(message, body: accumulated, waiter: waiter, effects: &effects)
-                } else {
-                    state.inbound[id] = .reply(message, body: accumulated, waiter: waiter)
-                }
-            case .streamed:
-                if !isComplete { state.inbound[id] = .streamed }
-                Self.yield(body, isComplete: isComplete, to: id, &state, effects: &effects)
-            case .discarded:
-                Self.consumed(id, bytes: body.readableBytes, &state, effects: &effects)
-                if !isComplete { state.inbound[id] = .discarded }
-            }
+        case .bodyReceived(let id, let body, let isComplete):
+            self.bodyReceived(id, body, isComplete: isComplete, &state, effects: &effects)
         case .messageFailed(let id, let request, let error):
             let failure = self.connectionError(from: error)
-            if case .reply(_, _, let waiter) = state.inbound.removeValue(forKey: id) {
+            switch state.inbound.removeValue(forKey: id) {
+            case .reply(let assembly, let waiter):
+                self.assemblyEnded(id, assembly, &state)
                 Self.fail(waiter, failure, effects: &effects)
+                self.release(assembly.charge, &state, effects: &effects)
+            case .request(let assembly, _):
+                self.assemblyEnded(id, assembly, &state)
+                self.release(assembly.charge, &state, effects: &effects)
+            case .streamed, nil:
+                break
             }
             if let request, let waiter = state.replyWaiters.removeValue(forKey: request) {
                 Self.fail(waiter, failure, effects: &effects)
             }
-            Self.failStream(&state, id, failure, effects: &effects)
-            self.logger.debug("incoming message failed", metadata: ["blip.message": "\(id)", "blip.error": "\(error)"])
+            self.failStream(&state, id, failure, effects: &effects)
+            self.log(.debug, "incoming message failed", ["blip.message": "\(id)", "blip.error": "\(error)"], effects: &effects)
         }
+    }
+
+    private func bodyReceived(
+        _ id: BLIPIncomingID,
+        _ body: ByteBuffer,
+        isComplete: Bool,
+        _ state: inout State,
+        effects: inout Effects
+    ) {
+        // Taken out of the table while it grows, so that the accumulated body has one owner and appending
+        // to it never copies it.
+        guard let inbound = state.inbound.removeValue(forKey: id) else { return }
+        switch consume inbound {
+        case .request(var assembly, let route):
+            guard self.grow(&assembly, id, with: body, &state, effects: &effects) else { return }
+            if isComplete {
+                self.assemblyEnded(id, assembly, &state)
+                self.requestComplete(
+                    assembly.message,
+                    body: assembly.body,
+                    route: route,
+                    charge: assembly.charge,
+                    &state,
+                    effects: &effects
+                )
+            } else {
+                state.inbound[id] = .request(assembly, route: route)
+            }
+        case .reply(var assembly, let waiter):
+            guard self.grow(&assembly, id, with: body, &state, effects: &effects) else {
+                Self.fail(waiter, state.closeError ?? self.tooLargeError(id), effects: &effects)
+                return
+            }
+            if isComplete {
+                self.assemblyEnded(id, assembly, &state)
+                self.release(assembly.charge, &state, effects: &effects)
+                self.replyComplete(assembly.message, body: assembly.body, waiter: waiter, effects: &effects)
+            } else {
+                state.inbound[id] = .reply(assembly, waiter: waiter)
+            }
+        case .streamed:
+            if !isComplete { state.inbound[id] = .streamed }
+            self.yield(body, isComplete: isComplete, to: id, &state, effects: &effects)
+        }
+    }
+
+    /// Appends a piece to a whole message being assembled. Returns false if the message grew too large to
+    /// be held (it is refused and drained; a request is answered ERR BLIP/413) or the connection failed.
+    private func grow(
+        _ assembly: inout Assembly,
+        _ id: BLIPIncomingID,
+        with body: ByteBuffer,
+        _ state: inout State,
+        effects: inout Effects
+    ) -> Bool {
+        var body = body
+        let count = body.readableBytes
+        guard assembly.body.readableBytes + count <= self.wholeBodyLimit else {
+            self.assemblyEnded(id, assembly, &state)
+            self.release(assembly.charge, &state, effects: &effects)
+            self.refuse(id, &state, effects: &effects)
+            return false
+        }
+        assembly.body.writeBuffer(&body)
+        assembly.charge += count
+        state.assembling += count
+        guard self.charge(count, &state, effects: &effects) else { return false }
+        self.consumeOrWithhold(id, &assembly, bytes: count, &state, effects: &effects)
+        return true
+    }
+
+    /// The engine drains the rest of a message we will not hold (a request gets ERR BLIP/413).
+    private func refuse(_ id: BLIPIncomingID, _ state: inout State, effects: inout Effects) {
+        do throws(BLIPEngineError) {
+            if try state.engine.refuse(id) { effects.wakeWriter = true }
+        } catch {
+            self.fatal(error, byPeer: false, &state, effects: &effects)
+        }
+        self.log(.debug, "message too large to hold", ["blip.message": "\(id)"], effects: &effects)
+    }
+
+    func tooLargeError(_ id: BLIPIncomingID) -> BLIPConnectionError {
+        BLIPConnectionError(.messageTooLarge, "\(id) is larger than \(self.wholeBodyLimit) bytes, the most read whole")
+    }
+
+    /// Starts assembling a whole message whose first frame has arrived; nil if it is already too large.
+    private func startAssembly(
+        _ message: BLIPIncomingMessage,
+        _ state: inout State,
+        effects: inout Effects
+    ) -> Assembly? {
+        guard message.body.readableBytes <= self.wholeBodyLimit else {
+            self.refuse(message.id, &state, effects: &effects)
+            return nil
+        }
+        var shell = message
+        shell.body = ByteBuffer()  // the body has one owner, so that appending never copies it
+        var assembly = Assembly(message: shell, body: message.body, charge: Self.charge(of: message))
+        state.assembling += assembly.charge
+        guard self.charge(assembly.charge, &state, effects: &effects) else { return nil }
+        self.consumeOrWithhold(message.id, &assembly, bytes: message.body.readableBytes, &state, effects: &effects)
+        return assembly
     }
 
     // MARK: - Requests from the peer
@@ -92,178 +180,145 @@ extension ConnectionCore {
             )
             state.streams[message.id] = BodyStreamState()
             if !message.isComplete { state.inbound[message.id] = .streamed }
-            Self.yield(message.body, isComplete: message.isComplete, to: message.id, &state, effects: &effects)
-            self.dispatch(
-                .handleStreaming(request, number: message.id.number, expectsReply: message.expectsReply, handler),
-                &state,
-                effects: &effects
+            self.yield(message.body, isComplete: message.isComplete, to: message.id, &state, effects: &effects)
+            guard state.closeError == nil else {
+                effects.released.append(request)
+                return
+            }
+            let work = Work.handleStreaming(
+                request,
+                number: message.id.number,
+                expectsReply: message.expectsReply,
+                handler
             )
+            self.dispatch(work, &state, effects: &effects)
             return
         }
-        // Whole requests: consumed as buffered (ACKs flow), handled once complete.
-        Self.consumed(message.id, bytes: message.body.readableBytes, &state, effects: &effects)
         if message.isComplete {
-            self.requestComplete(message, body: message.body, route: route, &state, effects: &effects)
-        } else {
-            state.inbound[message.id] = .request(message, body: message.body, route: route)
+            guard message.body.readableBytes <= self.wholeBodyLimit else {
+                self.answerTooLarge(message, &state, effects: &effects)
+                return
+            }
+            let charge = Self.charge(of: message)
+            guard self.charge(charge, &state, effects: &effects) else { return }
+            self.requestComplete(message, body: message.body, route: route, charge: charge, &state, effects: &effects)
+        } else if let assembly = self.startAssembly(message, &state, effects: &effects) {
+            state.inbound[message.id] = .request(assembly, route: route)
         }
+    }
+
+    /// A request that arrived whole but is larger than a whole body may be: ERR BLIP/413.
+    private func answerTooLarge(_ message: BLIPIncomingMessage, _ state: inout State, effects: inout Effects) {
+        guard message.expectsReply else { return }
+        let error = BLIPError(code: .payloadTooLarge, message: "message too large")
+        self.enqueueReply(error, to: message.id.number, &state, effects: &effects)
     }
 
     private func requestComplete(
         _ message: BLIPIncomingMessage,
         body: ByteBuffer,
         route: BLIPRouter.Route?,
+        charge: Int,
         _ state: inout State,
         effects: inout Effects
     ) {
-        self.metrics.messagesReceived.increment()
+        effects.counts.messagesReceived += 1
+        self.log(
+            .debug,
+            "received request",
+            [
+                "blip.request": "\(message.id.number)",
+                "blip.profile": "\(message.properties.profile ?? "")",
+                "blip.bytes": "\(body.readableBytes)",
+            ],
+            effects: &effects
+        )
+        if self.configuration.logsMessageBodies {
+            self.log(.debug, "request body", ["blip.body": "\(String(buffer: body))"], effects: &effects)
+        }
+        // Requests that would be held (for a handler, or in the incoming-request buffer); a 404 is not.
+        let isHeld = route != nil || self.configuration.unhandledRequests == .deliver
+        if message.expectsReply && isHeld && self.mustRefuseRequests(state) {
+            // Full, and reading cannot pause without keeping a running handler from finishing.
+            self.release(charge, &state, effects: &effects)
+            state.statistics.requestsRefusedBusy += 1
+            let error = BLIPError(code: .busy, message: "the connection is too busy to take this request")
+            self.enqueueReply(error, to: message.id.number, &state, effects: &effects)
+            return
+        }
         let request = BLIPRequest(
             properties: message.properties,
             body: body,
             urgent: message.flags.contains(.urgent),
             compressed: message.flags.contains(.compressed)
         )
-        self.logger.debug(
-            "received request",
-            metadata: [
-                "blip.request": "\(message.id.number)",
-                "blip.profile": "\(message.properties.profile ?? "")",
-                "blip.bytes": "\(body.readableBytes)",
-            ]
-        )
-        if self.configuration.logsMessageBodies {
-            self.logger.debug("request body", metadata: ["blip.body": "\(String(buffer: body))"])
-        }
         switch route {
         case .whole(let handler):
-            self.dispatch(
-                .handle(request, number: message.id.number, expectsReply: message.expectsReply, handler),
-                &state,
-                effects: &effects
+            let work = Work.handle(
+                request,
+                number: message.id.number,
+                expectsReply: message.expectsReply,
+                charge: charge,
+                handler
             )
+            self.dispatch(work, &state, effects: &effects)
         case .streaming:
             preconditionFailure("streaming requests are dispatched when they start")
         case nil:
-            self.unhandled(request, message, &state, effects: &effects)
+            self.unhandled(request, message, charge: charge, &state, effects: &effects)
         }
     }
 
     private func unhandled(
         _ request: BLIPRequest,
         _ message: BLIPIncomingMessage,
+        charge: Int,
         _ state: inout State,
         effects: inout Effects
     ) {
-        self.metrics.unhandledRequests.increment()
+        effects.counts.unhandledRequests += 1
         switch self.configuration.unhandledRequests {
         case .respondNotFound:
+            self.release(charge, &state, effects: &effects)
             guard message.expectsReply else { return }
             let error = BLIPError(
                 code: .notFound,
                 message: "no handler for profile \"\(message.properties.profile ?? "")\""
             )
-            let reply = BLIPOutgoingMessage(
-                .error(toRequest: message.id.number),
-                properties: error.errorReplyProperties,
-                body: .buffer(ByteBuffer(string: error.message))
-            )
-            _ = self.enqueue(reply, token: nil, &state, effects: &effects) { _ in }
+            self.enqueueReply(error, to: message.id.number, &state, effects: &effects)
         case .deliver:
             let incoming = BLIPIncomingRequest(
                 core: self,
                 request: request,
                 number: message.id.number,
-                expectsReply: message.expectsReply
+                expectsReply: message.expectsReply,
+                charge: charge
             )
             if let waiter = state.unhandledWaiter {
                 state.unhandledWaiter = nil
                 effects.later { waiter.resume(returning: incoming) }
             } else {
                 state.unhandled.append(incoming)
-                if state.unhandled.count >= self.configuration.incomingRequestBufferSize {
-                    self.pauseReading(&state, effects: &effects)
-                }
             }
         }
     }
 
-    private func dispatch(_ work: Work, _ state: inout State, effects: inout Effects) {
-        state.activeHandlers += 1
-        if state.activeHandlers >= self.configuration.maximumConcurrentHandlers {
-            self.pauseReading(&state, effects: &effects)
-        }
-        effects.work = work
-    }
-
-    func pauseReading(_ state: inout State, effects: inout Effects) {
-        guard !state.readingPaused else { return }
-        state.readingPaused = true
-        effects.pauseReading = true
-    }
-
-    /// Reading resumes once handlers and the incoming-request buffer are both below half their limits.
-    func resumeReadingIfPossible(_ state: inout State, effects: inout Effects) {
-        guard state.readingPaused,
-            state.activeHandlers < self.configuration.maximumConcurrentHandlers / 2 + 1,
-            state.unhandled.count < self.configuration.incomingRequestBufferSize / 2 + 1
-        else { return }
-        state.readingPaused = false
-        effects.resumeReading = true
-    }
-
-    /// Runs a handler and sends what it returns.
-    func handle(_ work: Work) async {
-        let result: Result<BLIPResponse, BLIPError>
-        let number: UInt64
-        let expectsReply: Bool
-        switch work {
-        case .handle(let request, let requestNumber, let replyExpected, let handler):
-            number = requestNumber
-            expectsReply = replyExpected
-            result = await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) }
-        case .handleStreaming(let request, let requestNumber, let replyExpected, let handler):
-            number = requestNumber
-            expectsReply = replyExpected
-            result = await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) }
-        }
-        if expectsReply { self.respond(to: number, with: result) }
-        var effects = Effects()
-        self.state.withLockedValue { state in
-            state.activeHandlers -= 1
-            self.resumeReadingIfPossible(&state, effects: &effects)
-        }
-        self.perform(effects)
-    }
-
-    private func run(
-        number: UInt64,
-        expectsReply: Bool,
-        _ body: (BLIPRequestContext) async throws -> BLIPResponse
-    ) async -> Result<BLIPResponse, BLIPError> {
-        var logger = self.logger
-        logger[metadataKey: "blip.request"] = "\(number)"
-        let context = BLIPRequestContext(
-            connection: BLIPConnection(core: self),
-            logger: logger,
-            requestNumber: number,
-            expectsReply: expectsReply
+    /// Queues an ERR reply the connection gives on its own (404, 413, 503).
+    func enqueueReply(_ error: BLIPError, to number: UInt64, _ state: inout State, effects: inout Effects) {
+        let reply = BLIPOutgoingMessage(
+            .error(toRequest: number),
+            properties: error.errorReplyProperties,
+            body: .buffer(ByteBuffer(string: error.message))
         )
-        do {
-            return .success(try await body(context))
+        do throws(BLIPEngineError) {
+            let (_, wake) = try state.engine.enqueue(reply)
+            effects.wakeWriter = effects.wakeWriter || wake
+            effects.counts.errorRepliesSent += 1
+            effects.counts.messagesSent += 1
+            self.updateReplyBacklog(&state, effects: &effects)
         } catch {
-            return .failure(self.errorReply(for: error, logger: logger))
+            self.log(.debug, "reply to request #\(number) not sent", ["blip.error": "\(error)"], effects: &effects)
         }
-    }
-
-    /// The ERR reply for a handler's error: its own if it has one, else BLIP/501.
-    func errorReply(for error: any Error, logger: Logger) -> BLIPError {
-        if let error = error as? BLIPError { return error }
-        if let error = error as? any BLIPErrorConvertible { return error.blipError }
-        logger.debug("handler failed", metadata: ["blip.error": "\(error)"])
-        return BLIPError(
-            code: .handlerFailed,
-            message: self.configuration.sendsHandlerErrorMessages ? "\(error)" : "handler failed"
-        )
     }
 
     // MARK: - Replies from the peer
@@ -271,29 +326,33 @@ extension ConnectionCore {
     private func replyStarted(_ message: BLIPIncomingMessage, _ state: inout State, effects: inout Effects) {
         guard let request = message.request, let waiter = state.replyWaiters.removeValue(forKey: request) else {
             // Its caller gave up after the request was sent: drain the rest.
-            if !message.isComplete { state.inbound[message.id] = .discarded }
-            Self.consumed(message.id, bytes: message.body.readableBytes, &state, effects: &effects)
+            if !message.isComplete && state.engine.drain(message.id) { effects.wakeWriter = true }
             return
         }
         if let token = state.tokenOfMessage.removeValue(forKey: request) { state.tokens.removeValue(forKey: token) }
         if case .streamed(let continuation) = waiter, message.type == .response {
             state.streams[message.id] = BodyStreamState()
             if !message.isComplete { state.inbound[message.id] = .streamed }
-            Self.yield(message.body, isComplete: message.isComplete, to: message.id, &state, effects: &effects)
+            self.yield(message.body, isComplete: message.isComplete, to: message.id, &state, effects: &effects)
             let response = BLIPStreamedResponse(
                 properties: message.properties,
                 body: BLIPBodyStream(source: BodyStreamSource(core: self, id: message.id))
             )
-            self.metrics.messagesReceived.increment()
+            effects.counts.messagesReceived += 1
             effects.later { continuation.resume(returning: response) }
             return
         }
-        // An ERR for a streamed reply is read whole and thrown.
-        Self.consumed(message.id, bytes: message.body.readableBytes, &state, effects: &effects)
+        // A whole reply, or an ERR (an ERR for a streamed reply is read whole and thrown).
         if message.isComplete {
+            guard message.body.readableBytes <= self.wholeBodyLimit else {
+                Self.fail(waiter, self.tooLargeError(message.id), effects: &effects)
+                return
+            }
             self.replyComplete(message, body: message.body, waiter: waiter, effects: &effects)
+        } else if let assembly = self.startAssembly(message, &state, effects: &effects) {
+            state.inbound[message.id] = .reply(assembly, waiter: waiter)
         } else {
-            state.inbound[message.id] = .reply(message, body: message.body, waiter: waiter)
+            Self.fail(waiter, state.closeError ?? self.tooLargeError(message.id), effects: &effects)
         }
     }
 
@@ -303,9 +362,9 @@ extension ConnectionCore {
         waiter: ReplyWaiter,
         effects: inout Effects
     ) {
-        self.metrics.messagesReceived.increment()
+        effects.counts.messagesReceived += 1
         if message.type == .error {
-            self.metrics.errorRepliesReceived.increment()
+            effects.counts.errorRepliesReceived += 1
             Self.fail(waiter, BLIPError(errorReplyProperties: message.properties, body: body), effects: &effects)
             return
         }

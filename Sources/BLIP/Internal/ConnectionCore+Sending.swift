@@ -32,6 +32,8 @@ extension ConnectionCore {
     }
 
     /// Sends a request whose body is produced as it is sent; the body is fed while the reply is awaited.
+    /// If the body sequence throws, the caller gets its error: a request not yet started is never sent;
+    /// one already started cannot be finished, so the connection closes (BLIP cannot abort a message).
     func sendRequest<Body: AsyncSequence & Sendable>(
         _ request: BLIPRequest,
         body: Body
@@ -47,7 +49,12 @@ extension ConnectionCore {
                 group.addTask {
                     var ids = queued.makeAsyncIterator()
                     guard let id = await ids.next() else { return nil }
-                    try await self.feed(body, to: id)
+                    do {
+                        try await self.feed(body, to: id)
+                    } catch {
+                        self.bodyFailed(token: token, id: id, error)
+                        throw error
+                    }
                     return nil
                 }
                 while let result = try await group.next() {
@@ -60,6 +67,34 @@ extension ConnectionCore {
             }
         } onCancel: {
             self.cancel(token: token)
+        }
+    }
+
+    /// A streamed body threw (or was cancelled): its request fails with that error, and the message is
+    /// dropped, or, once started, ends the connection.
+    private func bodyFailed(token: UInt64, id: BLIPOutgoingID, _ error: any Error) {
+        var effects = Effects()
+        self.state.withLockedValue { state in
+            state.tokens.removeValue(forKey: token)
+            state.tokenOfMessage.removeValue(forKey: id)
+            if let waiter = state.replyWaiters.removeValue(forKey: id) { Self.fail(waiter, error, effects: &effects) }
+            if let waiter = state.demandWaiters.removeValue(forKey: id) {
+                effects.later { waiter.resume(throwing: error) }
+            }
+            self.abandonOutgoing(id, &state, effects: &effects)
+        }
+        self.perform(effects)
+    }
+
+    /// Tells the engine one of our messages is abandoned. A streamed body that stopped after its first
+    /// frame cannot be finished: the connection closes (1011, our failure, not the peer's).
+    private func abandonOutgoing(_ id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
+        guard state.closeError == nil else { return }
+        do throws(BLIPEngineError) {
+            _ = try state.engine.cancel(id)
+            self.updateReplyBacklog(&state, effects: &effects)
+        } catch {
+            self.fatal(error, byPeer: false, &state, effects: &effects)
         }
     }
 
@@ -83,6 +118,7 @@ extension ConnectionCore {
                         )
                     else { return }
                     state.sendWaiters[id] = continuation
+                    if state.readingPaused { self.updateReading(&state, effects: &effects) }
                 }
                 self.perform(effects)
             }
@@ -128,6 +164,8 @@ extension ConnectionCore {
                 else { return }
                 state.replyWaiters[id] = waiter(continuation)
                 started?.yield(id)
+                // Reading may have paused while nothing waited for the peer: now something does.
+                if state.readingPaused { self.updateReading(&state, effects: &effects) }
             }
             started?.finish()
             self.perform(effects)
@@ -157,7 +195,7 @@ extension ConnectionCore {
                 state.tokenOfMessage[id] = token
             }
             effects.wakeWriter = effects.wakeWriter || wake
-            self.metrics.messagesSent.increment()
+            effects.counts.messagesSent += 1
             return id
         } catch {
             let failure = self.connectionError(from: error)
@@ -185,13 +223,7 @@ extension ConnectionCore {
             if let waiter = state.demandWaiters.removeValue(forKey: id) {
                 effects.later { waiter.resume(throwing: CancellationError()) }
             }
-            do throws(BLIPEngineError) {
-                _ = try state.engine.cancel(id)
-            } catch {
-                // A streamed body stopped after its first frame: the message cannot be finished.
-                self.fatal(error, &state, effects: &effects)
-                effects.closeTransport = BLIPCloseReason(.normal, "streamed body abandoned")
-            }
+            self.abandonOutgoing(id, &state, effects: &effects)
         }
         self.perform(effects)
     }
@@ -228,6 +260,7 @@ extension ConnectionCore {
                     effects.later { continuation.resume() }
                 } else {
                     state.demandWaiters[id] = continuation
+                    if state.readingPaused { self.updateReading(&state, effects: &effects) }
                 }
             }
             self.perform(effects)
@@ -236,8 +269,11 @@ extension ConnectionCore {
 
     // MARK: - Replies
 
-    /// Sends a handler's reply (or error) to the peer's request `number`.
-    func respond(to number: UInt64, with result: Result<BLIPResponse, BLIPError>) {
+    /// Sends a handler's reply (or error) to the peer's request `number`, and lets go of the `charge` the
+    /// request held against the buffer budget. A reply that cannot be encoded (a property with NUL, an
+    /// empty value in the seed dialect, a block over the limit) is logged as an error and replaced by ERR
+    /// BLIP/500, so that the peer never waits forever.
+    func respond(to number: UInt64, with result: Result<BLIPResponse, BLIPError>, releasing charge: Int = 0) {
         let message: BLIPOutgoingMessage
         switch result {
         case .success(let response):
@@ -248,7 +284,6 @@ extension ConnectionCore {
                 compressed: response.isCompressed
             )
         case .failure(let error):
-            self.metrics.errorRepliesSent.increment()
             message = BLIPOutgoingMessage(
                 .error(toRequest: number),
                 properties: error.errorReplyProperties,
@@ -257,8 +292,24 @@ extension ConnectionCore {
         }
         var effects = Effects()
         self.state.withLockedValue { state in
-            _ = self.enqueue(message, token: nil, &state, effects: &effects) { [logger] error in
-                logger.debug("reply to request #\(number) not sent", metadata: ["blip.error": "\(error)"])
+            self.release(charge, &state, effects: &effects)
+            do throws(BLIPEngineError) {
+                let (_, wake) = try state.engine.enqueue(message)
+                effects.wakeWriter = effects.wakeWriter || wake
+                effects.counts.messagesSent += 1
+                if case .failure = result { effects.counts.errorRepliesSent += 1 }
+                self.updateReplyBacklog(&state, effects: &effects)
+            } catch where error.code == .invalidMessage {
+                self.log(
+                    .error,
+                    "the reply to request #\(number) could not be encoded; sent ERR BLIP/500 instead",
+                    ["blip.error": "\(error)"],
+                    effects: &effects
+                )
+                let failure = BLIPError(code: .internalError, message: "the reply could not be encoded")
+                self.enqueueReply(failure, to: number, &state, effects: &effects)
+            } catch {
+                self.log(.debug, "reply to request #\(number) not sent", ["blip.error": "\(error)"], effects: &effects)
             }
         }
         self.perform(effects)
@@ -266,22 +317,35 @@ extension ConnectionCore {
 
     // MARK: - Writing
 
-    /// Pulls the next frame for the transport.
+    /// Pulls the next frame for the transport. After a fatal error from the peer, replies already queued
+    /// whole still go out (up to 1 MiB), then nothing.
     func nextFrame(into buffer: inout ByteBuffer) -> Bool {
         var effects = Effects()
         let start = buffer.writerIndex
         let sent = self.state.withLockedValue { state -> BLIPSentFrame? in
-            guard state.closeError == nil else { return nil }
+            guard state.closeError == nil || state.finishingReplies > 0 else { return nil }
             let next: BLIPNextFrame
             do throws(BLIPEngineError) {
                 next = try state.engine.nextFrame(into: &buffer, now: .now())
             } catch {
-                self.fatal(error, &state, effects: &effects)
+                self.fatal(error, byPeer: false, &state, effects: &effects)
+                state.finishingReplies = 0
                 return nil
             }
-            guard case .frame(let frame) = next else { return nil }
+            guard case .frame(let frame) = next else {
+                if state.finishingReplies > 0 {
+                    state.finishingReplies = 0
+                    _ = state.engine.close()
+                }
+                return nil
+            }
             state.statistics.framesSent += 1
             state.statistics.bytesSent += frame.length
+            if state.finishingReplies > 0 {
+                state.finishingReplies = max(0, state.finishingReplies - frame.length)
+                if state.finishingReplies == 0 { _ = state.engine.close() }
+                return frame
+            }
             if let id = frame.message {
                 if frame.isLastFrame, let waiter = state.sendWaiters.removeValue(forKey: id) {
                     if let token = state.tokenOfMessage.removeValue(forKey: id) {

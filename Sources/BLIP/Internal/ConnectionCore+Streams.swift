@@ -11,8 +11,9 @@ extension ConnectionCore {
         if state.engine.consumed(id, bytes: bytes) { effects.wakeWriter = true }
     }
 
-    /// Hands a body piece to its stream's reader (or keeps it until read).
-    static func yield(
+    /// Hands a body piece to its stream's reader, or keeps it until read (counted against the buffer
+    /// budget; its ACK waits until it is read).
+    func yield(
         _ body: ByteBuffer,
         isComplete: Bool,
         to id: BLIPIncomingID,
@@ -23,6 +24,7 @@ extension ConnectionCore {
             Self.consumed(id, bytes: body.readableBytes, &state, effects: &effects)  // its reader is gone
             return
         }
+        var kept = 0
         if let waiter = stream.waiter, body.readableBytes > 0 || isComplete {
             stream.waiter = nil
             stream.isComplete = isComplete
@@ -34,7 +36,11 @@ extension ConnectionCore {
                 effects.later { waiter.resume(returning: nil) }
             }
         } else {
-            if body.readableBytes > 0 { stream.chunks.append(body) }
+            kept = body.readableBytes
+            if kept > 0 {
+                stream.chunks.append(body)
+                stream.keptBytes += kept
+            }
             stream.isComplete = isComplete
         }
         if stream.isComplete && stream.chunks.isEmpty {
@@ -42,9 +48,10 @@ extension ConnectionCore {
         } else {
             state.streams[id] = stream
         }
+        if kept > 0 { _ = self.charge(kept, &state, effects: &effects) }
     }
 
-    static func failStream(_ state: inout State, _ id: BLIPIncomingID, _ error: any Error, effects: inout Effects) {
+    func failStream(_ state: inout State, _ id: BLIPIncomingID, _ error: any Error, effects: inout Effects) {
         guard var stream = state.streams[id], !stream.isComplete || !stream.chunks.isEmpty else { return }
         if let waiter = stream.waiter {
             stream.waiter = nil
@@ -52,21 +59,24 @@ extension ConnectionCore {
         }
         stream.failure = error
         stream.chunks.removeAll()
+        let kept = stream.keptBytes
+        stream.keptBytes = 0
         state.streams[id] = stream
+        self.release(kept, &state, effects: &effects)
     }
 
     /// The next piece of a body stream; nil at its end. Returns without suspending when a piece is
     /// already there, which is the common case while a large body streams in.
     func nextChunk(of id: BLIPIncomingID) async throws -> ByteBuffer? {
         var effects = Effects()
-        let ready = self.state.withLockedValue { state in Self.takeReady(id, &state, effects: &effects) }
+        let ready = self.state.withLockedValue { state in self.takeReady(id, &state, effects: &effects) }
         self.perform(effects)
         if let ready { return try ready.get() }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
-                    if let ready = Self.takeReady(id, &state, effects: &effects) {
+                    if let ready = self.takeReady(id, &state, effects: &effects) {
                         effects.later { continuation.resume(with: ready) }
                         return
                     }
@@ -92,7 +102,7 @@ extension ConnectionCore {
 
     /// What a reader gets without waiting: a kept piece (now consumed), the end, or the stream's failure;
     /// nil if it has to wait.
-    private static func takeReady(
+    private func takeReady(
         _ id: BLIPIncomingID,
         _ state: inout State,
         effects: inout Effects
@@ -103,8 +113,10 @@ extension ConnectionCore {
             return .failure(failure)
         }
         if let chunk = stream.chunks.popFirst() {
+            stream.keptBytes -= chunk.readableBytes
             Self.consumed(id, bytes: chunk.readableBytes, &state, effects: &effects)
             state.streams[id] = stream
+            self.release(chunk.readableBytes, &state, effects: &effects)
             return .success(chunk)
         }
         if stream.isComplete {
@@ -119,9 +131,11 @@ extension ConnectionCore {
         var effects = Effects()
         self.state.withLockedValue { state in
             guard let stream = state.streams.removeValue(forKey: id) else { return }
-            let kept = stream.chunks.reduce(0) { $0 + $1.readableBytes }
-            Self.consumed(id, bytes: kept, &state, effects: &effects)
-            if case .streamed = state.inbound[id] { state.inbound[id] = .discarded }
+            Self.consumed(id, bytes: stream.keptBytes, &state, effects: &effects)
+            self.release(stream.keptBytes, &state, effects: &effects)
+            if case .streamed = state.inbound.removeValue(forKey: id) {
+                if state.engine.drain(id) { effects.wakeWriter = true }  // nobody reads the rest
+            }
         }
         self.perform(effects)
     }

@@ -8,8 +8,13 @@ internal import NIOCore
 internal import Synchronization
 
 /// The shared heart of a connection: the engine behind one lock, with everything waiting on it
-/// (callers of `sendRequest`, body streams, handlers). Every operation computes what to do under the lock
-/// and does it (resuming continuations, waking the transport) after leaving it.
+/// (callers of `sendRequest`, body streams, handlers).
+///
+/// Every operation computes under the lock what must happen and does it after leaving the lock
+/// (``Effects``): resuming continuations, waking or closing the transport, logging and counting (the
+/// application's log handlers and metrics backends), and letting go of objects whose `deinit` calls back
+/// into the connection (an unanswered ``BLIPIncomingRequest``, a body stream). Nothing of the
+/// application's ever runs while the lock is held.
 final class ConnectionCore: Sendable {
     let transport: any BLIPTransport
     let configuration: BLIPConnection.Configuration
@@ -25,7 +30,8 @@ final class ConnectionCore: Sendable {
     let workContinuation: AsyncStream<Work>.Continuation
 
     enum Work: Sendable {
-        case handle(BLIPRequest, number: UInt64, expectsReply: Bool, BLIPRouter.Handler)
+        /// `charge`: the bytes the request counts against the buffer budget until its handler is done.
+        case handle(BLIPRequest, number: UInt64, expectsReply: Bool, charge: Int, BLIPRouter.Handler)
         case handleStreaming(BLIPStreamedRequest, number: UInt64, expectsReply: Bool, BLIPRouter.StreamingHandler)
     }
 
@@ -34,20 +40,30 @@ final class ConnectionCore: Sendable {
         case streamed(CheckedContinuation<BLIPStreamedResponse, any Error>)
     }
 
+    /// A message read whole, between its first and last frame.
+    struct Assembly {
+        var message: BLIPIncomingMessage
+        var body: ByteBuffer
+        /// Bytes it counts against the buffer budget.
+        var charge: Int
+        /// Body bytes not yet reported consumed: their ACKs wait while the budget is exceeded.
+        var withheld = 0
+    }
+
     /// An incoming message between its first and last frame.
     enum Inbound {
         /// A request to hand to a handler (or to the incoming-requests sequence) once complete.
-        case request(BLIPIncomingMessage, body: ByteBuffer, route: BLIPRouter.Route?)
+        case request(Assembly, route: BLIPRouter.Route?)
         /// A reply (or ERR) its caller waits for whole.
-        case reply(BLIPIncomingMessage, body: ByteBuffer, waiter: ReplyWaiter)
+        case reply(Assembly, waiter: ReplyWaiter)
         /// Read by a body stream.
         case streamed
-        /// Nobody wants the rest (answered already, or its caller gave up).
-        case discarded
     }
 
     struct BodyStreamState {
         var chunks: Deque<ByteBuffer> = []
+        /// Bytes of `chunks`, which count against the buffer budget until read.
+        var keptBytes = 0
         var isComplete = false
         var failure: (any Error)?
         var waiter: CheckedContinuation<ByteBuffer?, any Error>?
@@ -69,8 +85,22 @@ final class ConnectionCore: Sendable {
         var streams: [BLIPIncomingID: BodyStreamState] = [:]
         var unhandled: Deque<BLIPIncomingRequest> = []
         var unhandledWaiter: CheckedContinuation<BLIPIncomingRequest?, Never>?
-        var activeHandlers = 0
+        /// Handlers running, and requests waiting for one of them to finish.
+        var runningHandlers = 0
+        var pendingWork: Deque<Work> = []
+        /// Bytes the peer makes us hold (see ConnectionCore+Backpressure), and those of whole messages
+        /// still arriving.
+        var buffered = 0
+        var assembling = 0
+        /// Messages whose ACKs are held back, and the one that may go on regardless (so that one always can).
+        var withheld: Set<BLIPIncomingID> = []
+        var exempt: BLIPIncomingID?
+        var pausedForBacklog = false
+        var pausedForReplies = false
         var readingPaused = false
+        var isWritable = true
+        /// After a fatal error from the peer: bytes of replies still written before the close.
+        var finishingReplies = 0
         var closeError: BLIPConnectionError?
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var statistics = BLIPConnectionStatistics()
@@ -82,12 +112,27 @@ final class ConnectionCore: Sendable {
         var closeTransport: BLIPCloseReason?
         var pauseReading = false
         var resumeReading = false
+        /// A handler to start (at most one per operation: one frame starts at most one request).
         var work: Work?
         var deferred: [@Sendable () -> Void] = []
+        /// Let go of after the lock: their `deinit` may call back into the connection.
+        var released: [any Sendable] = []
+        var counts = Counts()
 
         mutating func later(_ action: @escaping @Sendable () -> Void) {
             self.deferred.append(action)
         }
+    }
+
+    /// Metrics to bump after the lock (a metrics backend is the application's code).
+    struct Counts {
+        var messagesSent = 0
+        var messagesReceived = 0
+        var errorRepliesSent = 0
+        var errorRepliesReceived = 0
+        var unhandledRequests = 0
+        var protocolErrors = 0
+        var failedRequests = 0
     }
 
     init(
@@ -104,12 +149,7 @@ final class ConnectionCore: Sendable {
         self.logger = logger
         self.tracesFrames = logger.logLevel <= .trace
         self.metrics = ConnectionMetrics(dialect: transport.dialect)
-        let engine = BLIPConnectionEngine(
-            configuration: configuration.engineConfiguration(
-                dialect: transport.dialect,
-                streamsRequestBodies: router.hasStreamingHandlers
-            )
-        )
+        let engine = BLIPConnectionEngine(configuration: configuration.engineConfiguration(dialect: transport.dialect))
         self.state = NIOLockedValueBox(State(engine: engine))
         (self.work, self.workContinuation) = AsyncStream.makeStream(of: Work.self)
     }
@@ -118,9 +158,12 @@ final class ConnectionCore: Sendable {
         self.transport.start(BLIPTransportSink(core: self))
     }
 
+    /// Does what an operation decided under the lock. Objects in `effects.released` go when the caller's
+    /// `effects` does, after this returns, also outside the lock.
     func perform(_ effects: Effects) {
         if let work = effects.work { self.workContinuation.yield(work) }
         for action in effects.deferred { action() }
+        self.count(effects.counts)
         if effects.pauseReading { self.transport.pauseReading() }
         if effects.resumeReading { self.transport.resumeReading() }
         if let reason = effects.closeTransport {
@@ -130,6 +173,34 @@ final class ConnectionCore: Sendable {
         }
     }
 
+    private func count(_ counts: Counts) {
+        if counts.messagesSent > 0 { self.metrics.messagesSent.increment(by: Int64(counts.messagesSent)) }
+        if counts.messagesReceived > 0 { self.metrics.messagesReceived.increment(by: Int64(counts.messagesReceived)) }
+        if counts.errorRepliesSent > 0 { self.metrics.errorRepliesSent.increment(by: Int64(counts.errorRepliesSent)) }
+        if counts.errorRepliesReceived > 0 {
+            self.metrics.errorRepliesReceived.increment(by: Int64(counts.errorRepliesReceived))
+        }
+        if counts.unhandledRequests > 0 {
+            self.metrics.unhandledRequests.increment(by: Int64(counts.unhandledRequests))
+        }
+        if counts.protocolErrors > 0 { self.metrics.protocolErrors.increment(by: Int64(counts.protocolErrors)) }
+        if counts.failedRequests > 0 { self.metrics.failedRequests.increment(by: Int64(counts.failedRequests)) }
+    }
+
+    /// Logs after the lock, if `level` is enabled; the message is only built then.
+    func log(
+        _ level: Logger.Level,
+        _ message: @autoclosure () -> String,
+        _ metadata: @autoclosure () -> Logger.Metadata = [:],
+        effects: inout Effects
+    ) {
+        guard self.logger.logLevel <= level else { return }
+        let text = message()
+        let metadata = metadata()
+        let logger = self.logger
+        effects.later { logger.log(level: level, "\(text)", metadata: metadata) }
+    }
+
     // MARK: - Lifecycle
 
     /// Runs handlers until the connection closes; handlers still running then are cancelled, since their
@@ -137,7 +208,7 @@ final class ConnectionCore: Sendable {
     func run() async {
         await withDiscardingTaskGroup { group in
             for await item in self.work {
-                group.addTask { await self.handle(item) }
+                group.addTask { await self.runHandlers(startingWith: item) }
             }
             group.cancelAll()
         }
@@ -169,7 +240,19 @@ final class ConnectionCore: Sendable {
             statistics.bytesAfterCompression = encoder.bytesAfterCompression
             statistics.compressionSkipped = encoder.compressionSkipped
             statistics.sendWindow = state.engine.sendWindowSize
+            statistics.bufferedIncomingBytes = self.bufferedBytes(state)
             return statistics
+        }
+    }
+
+    /// Outstanding bookkeeping, for tests that check a connection leaves nothing behind: the count of
+    /// callers, streams, buffered requests and messages the connection still tracks.
+    var pendingBookkeeping: Int {
+        self.state.withLockedValue { state in
+            state.replyWaiters.count + state.sendWaiters.count + state.demandWaiters.count + state.tokens.count
+                + state.tokenOfMessage.count + state.inbound.count + state.streams.count + state.unhandled.count
+                + state.pendingWork.count + state.withheld.count + state.engine.outgoingCount
+                + state.engine.awaitingReplyCount + state.engine.incomingCount
         }
     }
 
@@ -181,36 +264,54 @@ final class ConnectionCore: Sendable {
                 error.map { self.connectionError(from: $0) }
                 ?? BLIPConnectionError(.connectionClosed, "the connection closed")
             self.closeLocked(&state, error: reason, effects: &effects)
+            state.finishingReplies = 0
+            _ = state.engine.close()
         }
         self.perform(effects)
     }
 
-    /// Fails everything pending with `error` and ends the handler stream. Idempotent.
-    func closeLocked(_ state: inout State, error: BLIPConnectionError, effects: inout Effects) {
+    /// Fails everything pending with `error` and ends the handler stream. Idempotent. With
+    /// `finishingReplies`, the engine is kept so that replies already queued can still be written.
+    func closeLocked(
+        _ state: inout State,
+        error: BLIPConnectionError,
+        effects: inout Effects,
+        finishingReplies: Bool = false
+    ) {
         guard state.closeError == nil else { return }
         state.closeError = error
-        let closure = state.engine.close()
-        self.logger.debug("connection closed", metadata: ["blip.reason": "\(error)"])
-        let replyWaiters = state.replyWaiters.values
-        for case .reply(_, _, let waiter) in state.inbound.values {
+        if !finishingReplies { _ = state.engine.close() }
+        self.log(.debug, "connection closed", ["blip.reason": "\(error)"], effects: &effects)
+        var failed = state.replyWaiters.count
+        for case .reply(_, let waiter) in state.inbound.values {
             Self.fail(waiter, error, effects: &effects)
+            failed += 1
         }
-        for waiter in replyWaiters { Self.fail(waiter, error, effects: &effects) }
+        for waiter in state.replyWaiters.values { Self.fail(waiter, error, effects: &effects) }
         for waiter in state.sendWaiters.values { effects.later { waiter.resume(throwing: error) } }
         for waiter in state.demandWaiters.values { effects.later { waiter.resume(throwing: error) } }
-        for id in state.streams.keys { Self.failStream(&state, id, error, effects: &effects) }
+        for id in state.streams.keys { self.failStream(&state, id, error, effects: &effects) }
         if let waiter = state.unhandledWaiter { effects.later { waiter.resume(returning: nil) } }
         for waiter in state.closeWaiters { effects.later { waiter.resume() } }
+        // Unanswered requests answer themselves when they go, and a request for a handler that will not
+        // run holds a body stream: both call back into the connection, so they go after the lock.
+        effects.released.append(Array(state.unhandled))
+        effects.released.append(Array(state.pendingWork))
         state.replyWaiters.removeAll()
         state.sendWaiters.removeAll()
         state.demandWaiters.removeAll()
         state.inbound.removeAll()
         state.unhandled.removeAll()
+        state.pendingWork.removeAll()
         state.unhandledWaiter = nil
         state.closeWaiters.removeAll()
         state.tokens.removeAll()
         state.tokenOfMessage.removeAll()
-        self.metrics.failedRequests.increment(by: Int64(closure.failedRequests.count))
+        state.withheld.removeAll()
+        state.exempt = nil
+        state.buffered = 0
+        state.assembling = 0
+        effects.counts.failedRequests += failed
         let continuation = self.workContinuation
         effects.later { continuation.finish() }
     }
@@ -230,8 +331,8 @@ final class ConnectionCore: Sendable {
 
     func connectionError(from error: BLIPEngineError) -> BLIPConnectionError {
         switch error.code {
-        case .protocolViolation, .tooManyMessagesInFlight:
-            BLIPConnectionError(.protocolViolation, error.message, underlying: error)
+        case .protocolViolation: BLIPConnectionError(.protocolViolation, error.message, underlying: error)
+        case .tooManyMessagesInFlight: BLIPConnectionError(.limitExceeded, error.message, underlying: error)
         case .closed: BLIPConnectionError(.connectionClosed, error.message, underlying: error)
         case .messageTooLarge: BLIPConnectionError(.messageTooLarge, error.message, underlying: error)
         case .invalidMessage, .unknownMessage, .noReplyExpected:
@@ -240,12 +341,47 @@ final class ConnectionCore: Sendable {
         }
     }
 
-    /// A fatal error in the engine: close with 1011 and fail everything.
-    func fatal(_ error: BLIPEngineError, _ state: inout State, effects: inout Effects) {
-        let connectionError = self.connectionError(from: error)
-        self.logger.error("protocol violation", metadata: ["blip.error": "\(error)"])
-        self.metrics.protocolErrors.increment()
-        self.closeLocked(&state, error: connectionError, effects: &effects)
-        effects.closeTransport = .protocolViolation(String(error.message.prefix(120)))
+    /// The close code for a fatal engine error: the peer's fault (1002 malformed or out of protocol, 1008
+    /// over a limit, 1009 too large) or ours (1011).
+    static func closeCode(for error: BLIPEngineError) -> BLIPCloseCode {
+        switch error.code {
+        case .protocolViolation: .protocolError
+        case .tooManyMessagesInFlight: .policyViolation
+        case .messageTooLarge: .messageTooBig
+        case .closed, .invalidMessage, .unknownMessage, .noReplyExpected, .bodyFailedMidMessage: .internalError
+        }
+    }
+
+    /// A fatal error in the engine: fail everything and close with the code that says who was wrong.
+    /// After the peer's error (`byPeer`), replies already queued whole are still written first, up to
+    /// 1 MiB: answers to its earlier, valid requests.
+    func fatal(_ error: BLIPEngineError, byPeer: Bool, _ state: inout State, effects: inout Effects) {
+        self.fatal(
+            self.connectionError(from: error),
+            closeCode: Self.closeCode(for: error),
+            byPeer: byPeer,
+            &state,
+            effects: &effects
+        )
+    }
+
+    func fatal(
+        _ error: BLIPConnectionError,
+        closeCode: BLIPCloseCode,
+        byPeer: Bool,
+        _ state: inout State,
+        effects: inout Effects
+    ) {
+        guard state.closeError == nil else { return }
+        self.log(byPeer ? .error : .critical, byPeer ? "the peer broke the protocol" : "connection failed",
+            ["blip.error": "\(error)"], effects: &effects)
+        if byPeer {
+            effects.counts.protocolErrors += 1
+            state.engine.finishRepliesAfterFailure()
+            state.finishingReplies = 1 << 20
+            effects.wakeWriter = true
+        }
+        self.closeLocked(&state, error: error, effects: &effects, finishingReplies: byPeer)
+        effects.closeTransport = BLIPCloseReason(closeCode, String(error.message.prefix(120)))
     }
 }

@@ -1,0 +1,199 @@
+internal import BLIPEngine
+internal import NIOConcurrencyHelpers
+internal import NIOCore
+
+/// How a connection keeps what a peer can make it hold bounded, without ever stopping in a way that
+/// keeps its own handlers from finishing.
+///
+/// Everything the peer makes us hold counts against ``BLIPConnection/Configuration/incomingBufferBudget``:
+/// whole bodies being assembled, requests waiting for or held by a handler (or in the incoming-request
+/// buffer), unread pieces of streamed bodies, and property blocks still arriving. Past the budget:
+/// - whole bodies still arriving stop being acknowledged, so an honest peer stops at its send window; when
+///   nothing else could free memory, one of them is let through (so that one always finishes);
+/// - new requests wait (reading pauses) if nothing running waits for the peer, and are refused with ERR
+///   BLIP/503 otherwise: a handler that waits for a reply or for the rest of a streamed body must keep
+///   seeing what the peer sends.
+/// Past ``BLIPConnection/Configuration/incomingBufferHardLimit`` the peer is ignoring flow control: the
+/// connection closes with 1008.
+extension ConnectionCore {
+    /// A fixed cost per buffered message besides its body: its properties, bookkeeping and task.
+    static func charge(of message: BLIPIncomingMessage) -> Int {
+        var size = 256
+        for property in message.properties { size += property.name.utf8.count + property.value.utf8.count + 32 }
+        return size + message.body.readableBytes
+    }
+
+    /// The largest body read whole: the message limit, but never more than the budget can hold.
+    var wholeBodyLimit: Int {
+        min(self.configuration.maximumIncomingMessageSize, self.configuration.incomingBufferBudget)
+    }
+
+    func bufferedBytes(_ state: State) -> Int {
+        state.buffered + state.engine.bufferedPropertyBytes
+    }
+
+    /// Counts `bytes` more held for the peer. Returns false if that took the connection past its hard
+    /// limit (it is failing).
+    func charge(_ bytes: Int, _ state: inout State, effects: inout Effects) -> Bool {
+        state.buffered += bytes
+        let total = self.bufferedBytes(state)
+        if total > state.statistics.peakBufferedIncomingBytes { state.statistics.peakBufferedIncomingBytes = total }
+        return self.checkHardLimit(&state, effects: &effects)
+    }
+
+    /// Fails the connection if the peer made it hold more than the hard limit.
+    func checkHardLimit(_ state: inout State, effects: inout Effects) -> Bool {
+        let total = self.bufferedBytes(state)
+        guard total > self.configuration.incomingBufferHardLimit else { return true }
+        let error = BLIPConnectionError(
+            .limitExceeded,
+            "the peer made the connection hold \(total) bytes (limit \(self.configuration.incomingBufferHardLimit))"
+        )
+        self.fatal(error, closeCode: .policyViolation, byPeer: true, &state, effects: &effects)
+        return false
+    }
+
+    /// `bytes` held for the peer were let go of (a handler finished, a reader read).
+    func release(_ bytes: Int, _ state: inout State, effects: inout Effects) {
+        guard state.closeError == nil, bytes > 0 else { return }
+        state.buffered -= bytes
+        self.relieveWithheld(&state, effects: &effects)
+        self.updateReading(&state, effects: &effects)
+    }
+
+    /// A whole message's body bytes arrived: they count as consumed, so ACKs go on, unless the connection
+    /// holds more than its budget.
+    func consumeOrWithhold(
+        _ id: BLIPIncomingID,
+        _ assembly: inout Assembly,
+        bytes: Int,
+        _ state: inout State,
+        effects: inout Effects
+    ) {
+        guard bytes > 0 else { return }
+        if state.exempt == id || self.bufferedBytes(state) <= self.configuration.incomingBufferBudget {
+            Self.consumed(id, bytes: bytes, &state, effects: &effects)
+            return
+        }
+        assembly.withheld += bytes
+        state.withheld.insert(id)
+        // Nothing but messages still arriving holds memory: no handler or reader will free any, so let
+        // this one go on (else nothing could). It counts against the hard limit, which leaves room for it.
+        if state.exempt == nil && state.buffered == state.assembling {
+            state.exempt = id
+            state.withheld.remove(id)
+            Self.consumed(id, bytes: assembly.withheld, &state, effects: &effects)
+            assembly.withheld = 0
+        }
+    }
+
+    /// A whole message stopped arriving (complete, refused or failed): it no longer holds ACKs back.
+    func assemblyEnded(_ id: BLIPIncomingID, _ assembly: Assembly, _ state: inout State) {
+        state.assembling -= assembly.charge
+        state.withheld.remove(id)
+        if state.exempt == id { state.exempt = nil }
+    }
+
+    /// Under the budget again, withheld ACKs go out; still over it with nothing else to free memory, one
+    /// withheld message is let through.
+    func relieveWithheld(_ state: inout State, effects: inout Effects) {
+        guard !state.withheld.isEmpty else { return }
+        if self.bufferedBytes(state) <= self.configuration.incomingBufferBudget {
+            for id in state.withheld { self.releaseWithheld(id, &state, effects: &effects) }
+            state.withheld.removeAll()
+        } else if state.exempt == nil && state.buffered == state.assembling {
+            let id = state.withheld.min { ($0.isRequest ? 0 : 1, $0.number) < ($1.isRequest ? 0 : 1, $1.number) }!
+            state.withheld.remove(id)
+            state.exempt = id
+            self.releaseWithheld(id, &state, effects: &effects)
+        }
+    }
+
+    private func releaseWithheld(_ id: BLIPIncomingID, _ state: inout State, effects: inout Effects) {
+        switch state.inbound[id] {
+        case .request(var assembly, let route):
+            Self.consumed(id, bytes: assembly.withheld, &state, effects: &effects)
+            assembly.withheld = 0
+            state.inbound[id] = .request(assembly, route: route)
+        case .reply(var assembly, let waiter):
+            Self.consumed(id, bytes: assembly.withheld, &state, effects: &effects)
+            assembly.withheld = 0
+            state.inbound[id] = .reply(assembly, waiter: waiter)
+        case .streamed, nil:
+            break
+        }
+    }
+
+    // MARK: - Reading
+
+    /// Whether reading may stop without keeping anything local from finishing: nobody here waits for a
+    /// reply, an ACK or the rest of a streamed body from the peer.
+    func mayPauseReading(_ state: State) -> Bool {
+        state.replyWaiters.isEmpty && state.sendWaiters.isEmpty && state.demandWaiters.isEmpty
+            && !state.streams.values.contains { !$0.isComplete }
+    }
+
+    /// Whether a complete request that expects a reply must be refused (ERR BLIP/503): the budget is
+    /// exceeded and reading cannot pause.
+    func mustRefuseRequests(_ state: State) -> Bool {
+        self.bufferedBytes(state) > self.configuration.incomingBufferBudget && !self.mayPauseReading(state)
+    }
+
+    /// Pauses reading while handlers or the incoming-request buffer are behind, if that is safe; resumes it
+    /// once they have caught up (below half their limits), or at once when something starts waiting for
+    /// the peer.
+    func updateReading(_ state: inout State, effects: inout Effects) {
+        let budget = self.configuration.incomingBufferBudget
+        let total = self.bufferedBytes(state)
+        if state.pausedForBacklog {
+            let caughtUp =
+                total <= budget / 2
+                && state.pendingWork.count <= self.configuration.maximumConcurrentHandlers / 2
+                && state.unhandled.count <= self.configuration.incomingRequestBufferSize / 2
+            if caughtUp || !self.mayPauseReading(state) { state.pausedForBacklog = false }
+        } else {
+            let behind =
+                total > budget || state.pendingWork.count >= self.configuration.maximumConcurrentHandlers
+                || state.unhandled.count >= self.configuration.incomingRequestBufferSize
+            if behind && self.mayPauseReading(state) {
+                state.pausedForBacklog = true
+                state.statistics.readPausesForBacklog += 1
+            }
+        }
+        self.applyReading(&state, effects: &effects)
+    }
+
+    /// The network's room changed: while it is full and replies pile up, the peer is not reading them, so
+    /// its requests are not read either (each would add a reply).
+    func writabilityChanged(_ isWritable: Bool) {
+        var effects = Effects()
+        self.state.withLockedValue { state in
+            guard state.closeError == nil else { return }
+            state.isWritable = isWritable
+            self.updateReplyBacklog(&state, effects: &effects)
+        }
+        self.perform(effects)
+    }
+
+    func updateReplyBacklog(_ state: inout State, effects: inout Effects) {
+        let backlogged =
+            !state.isWritable && state.engine.queuedReplyBytes > self.configuration.maximumQueuedReplyBytes
+        guard backlogged != state.pausedForReplies else { return }
+        state.pausedForReplies = backlogged
+        if backlogged { state.statistics.readPausesForUnreadReplies += 1 }
+        self.applyReading(&state, effects: &effects)
+    }
+
+    private func applyReading(_ state: inout State, effects: inout Effects) {
+        let paused = state.pausedForBacklog || state.pausedForReplies
+        guard paused != state.readingPaused else { return }
+        state.readingPaused = paused
+        if paused {
+            effects.pauseReading = true
+            effects.resumeReading = false
+        } else {
+            effects.resumeReading = true
+            effects.pauseReading = false
+        }
+    }
+}

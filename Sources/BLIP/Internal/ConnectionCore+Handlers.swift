@@ -1,0 +1,95 @@
+internal import BLIPEngine
+internal import DequeModule
+internal import Logging
+internal import NIOConcurrencyHelpers
+internal import NIOCore
+
+extension ConnectionCore {
+    /// Starts a handler for a request, or queues it (in arrival order) while every handler slot is busy.
+    /// The connection keeps reading either way: a running handler may be waiting for the peer.
+    func dispatch(_ work: Work, _ state: inout State, effects: inout Effects) {
+        if state.runningHandlers < self.configuration.maximumConcurrentHandlers && effects.work == nil
+            && state.pendingWork.isEmpty
+        {
+            state.runningHandlers += 1
+            effects.work = work
+        } else {
+            state.pendingWork.append(work)
+            state.statistics.requestsQueuedForHandler += 1
+        }
+    }
+
+    /// Runs handlers in one task: the first, then whatever waits for a slot when it finishes.
+    func runHandlers(startingWith first: Work) async {
+        var next: Work? = first
+        while let work = next {
+            await self.handle(work)
+            next = self.handlerFinished(work)
+        }
+    }
+
+    /// A handler is done: its request's bytes no longer count, and the next waiting request takes its slot.
+    private func handlerFinished(_ work: Work) -> Work? {
+        var effects = Effects()
+        let next = self.state.withLockedValue { state -> Work? in
+            if case .handle(_, _, _, let charge, _) = work { self.release(charge, &state, effects: &effects) }
+            guard state.closeError == nil, let next = state.pendingWork.popFirst() else {
+                state.runningHandlers -= 1
+                return nil
+            }
+            self.updateReading(&state, effects: &effects)
+            return next
+        }
+        self.perform(effects)
+        return next
+    }
+
+    /// Runs a handler and sends what it returns.
+    func handle(_ work: Work) async {
+        let result: Result<BLIPResponse, BLIPError>
+        let number: UInt64
+        let expectsReply: Bool
+        switch work {
+        case .handle(let request, let requestNumber, let replyExpected, _, let handler):
+            number = requestNumber
+            expectsReply = replyExpected
+            result = await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) }
+        case .handleStreaming(let request, let requestNumber, let replyExpected, let handler):
+            number = requestNumber
+            expectsReply = replyExpected
+            result = await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) }
+        }
+        if expectsReply { self.respond(to: number, with: result) }
+    }
+
+    private func run(
+        number: UInt64,
+        expectsReply: Bool,
+        _ body: (BLIPRequestContext) async throws -> BLIPResponse
+    ) async -> Result<BLIPResponse, BLIPError> {
+        var logger = self.logger
+        logger[metadataKey: "blip.request"] = "\(number)"
+        let context = BLIPRequestContext(
+            connection: BLIPConnection(core: self),
+            logger: logger,
+            requestNumber: number,
+            expectsReply: expectsReply
+        )
+        do {
+            return .success(try await body(context))
+        } catch {
+            return .failure(self.errorReply(for: error, logger: logger))
+        }
+    }
+
+    /// The ERR reply for a handler's error: its own if it has one, else BLIP/501.
+    func errorReply(for error: any Error, logger: Logger) -> BLIPError {
+        if let error = error as? BLIPError { return error }
+        if let error = error as? any BLIPErrorConvertible { return error.blipError }
+        logger.debug("handler failed", metadata: ["blip.error": "\(error)"])
+        return BLIPError(
+            code: .handlerFailed,
+            message: self.configuration.sendsHandlerErrorMessages ? "\(error)" : "handler failed"
+        )
+    }
+}

@@ -1,0 +1,221 @@
+import BLIP
+import BLIPEngine
+import BLIPWire
+import Logging
+import NIOCore
+import Synchronization
+import Testing
+
+/// The bugs of "every request resolves exactly once" found by review, each reproduced as it was reported.
+@Suite("Exactly once: regressions", .timeLimit(.minutes(2)))
+struct ResolutionRegressionTests {
+    // MARK: - Closing with unanswered requests buffered
+
+    enum Ending: String, CaseIterable, Sendable {
+        case localClose, peerClose, transportFailure, fatalFrame
+    }
+
+    /// Closing used to drop the buffered requests under the connection's lock; each one's deinit answers
+    /// it, which takes the lock again (a crash in debug builds, a deadlock in release ones).
+    @Test("a connection with requests waiting in incomingRequests closes cleanly", arguments: Ending.allCases)
+    func closeWithBufferedRequests(ending: Ending) async throws {
+        let transport = ManualTransport()
+        var configuration = BLIPConnection.Configuration()
+        configuration.unhandledRequests = .deliver
+        let connection = BLIPConnection(transport: transport, configuration: configuration)
+        let peer = ScriptedPeer(transport: transport)
+        for index in 0..<5 {
+            _ = try peer.engine.enqueue(
+                BLIPOutgoingMessage(.request, properties: ["Profile": "nobody-\(index)"], body: .buffer(ByteBuffer()))
+            )
+        }
+        try peer.flush()
+        #expect(!connection.isClosed)
+        switch ending {
+        case .localClose: await connection.close()
+        case .peerClose: transport.fail(BLIPConnectionError(.connectionClosed, "the peer closed"))
+        case .transportFailure: transport.fail(BLIPConnectionError(.transportFailed, "reset"))
+        case .fatalFrame: transport.deliver(ByteBuffer(bytes: [0xFF, 0xFF, 0xFF]))
+        }
+        #expect(connection.isClosed)
+        // The requests were answered by nobody: nothing may be written after the close.
+        #expect(transport.drain().isEmpty)
+        await connection.close()
+    }
+
+    /// Log handlers are the application's code: one that reads the connection must never find its lock
+    /// held. The hook takes the lock on every log call, at trace level, through a whole session.
+    @Test("no log call is made while the connection's lock is held")
+    func noLoggingUnderTheLock() async throws {
+        let logs = CapturingLogHandler.Store()
+        let watched = Mutex<BLIPConnection?>(nil)
+        logs.hook.withLock { hook in
+            hook = { _ = watched.withLock { $0 }?.statistics }
+        }
+        var router = standardRouter()
+        router.registerStreaming(profile: "stream-sink") { request, _ in
+            var total = 0
+            for try await piece in request.body { total += piece.readableBytes }
+            return BLIPResponse(text: "\(total)")
+        }
+        var serverConfiguration = BLIPConnection.Configuration()
+        serverConfiguration.logsMessageBodies = true
+        let (client, server) = BLIPInMemoryTransport.makePair()
+        let serverConnection = BLIPConnection(
+            transport: server,
+            configuration: serverConfiguration,
+            router: router,
+            logger: logs.logger()
+        )
+        watched.withLock { $0 = serverConnection }
+        let serverRun = Task { await serverConnection.run() }
+        try await withBLIPConnection(over: client) { connection in
+            _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "hi", compressed: true))
+            await #expect(throws: BLIPError.self) { try await connection.sendRequest(BLIPRequest(profile: "error")) }
+            await #expect(throws: BLIPError.self) { try await connection.sendRequest(BLIPRequest(profile: "none")) }
+            _ = try await connection.sendRequest(BLIPRequest(profile: "stream-sink"), body: ChunkedBody(total: 300_000, chunk: 40_000))
+            try await connection.sendNoReply(BLIPRequest(profile: "echo", text: "no reply"))
+            _ = try await connection.sendRequest(BLIPRequest(profile: "echo", body: pattern(200_000)))
+        }
+        await serverConnection.close()
+        await serverRun.value
+        #expect(!logs.messages(atLeast: .trace).isEmpty)
+    }
+
+    // MARK: - A large ERR answering a streamed reply
+
+    @Test("a large ERR reply to sendRequestStreamingReply is thrown", arguments: [1_000, 600_000])
+    func largeErrorToStreamedReply(size: Int) async throws {
+        var router = BLIPRouter()
+        router.register(profile: "fail") { _, _ in
+            throw BLIPError(domain: "HTTP", code: 409, message: String(repeating: "x", count: size))
+        }
+        router.register(profile: "ok") { _, _ in BLIPResponse(text: "ok") }
+        let peers = InMemoryPeers(router: router)
+        try await peers.run { connection in
+            let error = await #expect(throws: BLIPError.self) {
+                _ = try await connection.sendRequestStreamingReply(BLIPRequest(profile: "fail"))
+            }
+            #expect(error?.code == 409)
+            #expect(error?.message.utf8.count == size)
+            // The connection is still fine afterwards.
+            let reply = try await connection.sendRequest(BLIPRequest(profile: "ok"))
+            #expect(String(buffer: reply.body) == "ok")
+        }
+    }
+
+    // MARK: - A streamed request body that fails
+
+    struct BodyFailure: Error, Equatable {}
+
+    /// Yields `chunks` chunks of `chunkSize` bytes, then throws.
+    struct FailingBody: AsyncSequence, Sendable {
+        typealias Element = ByteBuffer
+        let chunks: Int
+        let chunkSize: Int
+
+        func makeAsyncIterator() -> Iterator { Iterator(remaining: self.chunks, chunkSize: self.chunkSize) }
+
+        struct Iterator: AsyncIteratorProtocol {
+            var remaining: Int
+            let chunkSize: Int
+
+            mutating func next() async throws -> ByteBuffer? {
+                guard self.remaining > 0 else { throw BodyFailure() }
+                self.remaining -= 1
+                return pattern(self.chunkSize)
+            }
+        }
+    }
+
+    @Test(
+        "a body sequence that throws fails sendRequest(_:body:) with its error",
+        arguments: [(0, 1), (1, 10), (6, 100_000)]
+    )
+    func failingBody(chunks: Int, chunkSize: Int) async throws {
+        let peers = InMemoryPeers(router: standardRouter())
+        let server = peers.serverConnection
+        let serverRun = Task { await server.run() }
+        let client = BLIPConnection(transport: peers.client)
+        let clientRun = Task { await client.run() }
+        await #expect(throws: BodyFailure.self) {
+            _ = try await client.sendRequest(
+                BLIPRequest(profile: "echo"),
+                body: FailingBody(chunks: chunks, chunkSize: chunkSize)
+            )
+        }
+        if chunks == 0 {
+            // Nothing was sent: the connection goes on.
+            let reply = try await client.sendRequest(BLIPRequest(profile: "echo", text: "after"))
+            #expect(String(buffer: reply.body) == "after")
+        }
+        await client.close()
+        await server.close()
+        await clientRun.value
+        await serverRun.value
+    }
+
+    // MARK: - Messages that cannot be encoded
+
+    @Test("a handler's reply that cannot be encoded becomes ERR BLIP/500 and an error log")
+    func unencodableReply() async throws {
+        let logs = CapturingLogHandler.Store()
+        var router = BLIPRouter()
+        router.register(profile: "bad") { _, _ in BLIPResponse(properties: ["Bad": "a\u{0}b"], text: "never") }
+        router.register(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
+        let (client, server) = BLIPInMemoryTransport.makePair()
+        let serverConnection = BLIPConnection(transport: server, router: router, logger: logs.logger(level: .info))
+        let serverRun = Task { await serverConnection.run() }
+        try await withBLIPConnection(over: client) { connection in
+            let error = await #expect(throws: BLIPError.self) {
+                _ = try await connection.sendRequest(BLIPRequest(profile: "bad"))
+            }
+            #expect(error?.domain == .blip && error?.code == 500)
+            let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "still here"))
+            #expect(String(buffer: reply.body) == "still here")
+        }
+        await serverConnection.close()
+        await serverRun.value
+        #expect(logs.messages(atLeast: .error).contains { $0.contains("reply") })
+    }
+
+    @Test("an empty property value in the seed dialect: the handler's reply becomes ERR BLIP/500")
+    func seedEmptyPropertyReply() async throws {
+        var router = BLIPRouter()
+        router.register(profile: "empty") { _, _ in BLIPResponse(properties: ["Empty": ""], text: "never") }
+        let peers = InMemoryPeers(dialect: .seed, router: router)
+        try await peers.run { connection in
+            let error = await #expect(throws: BLIPError.self) {
+                _ = try await connection.sendRequest(BLIPRequest(profile: "empty"))
+            }
+            #expect(error?.code == 500)
+        }
+    }
+
+    @Test("a request that cannot be encoded throws invalidMessage and sends nothing")
+    func unencodableRequest() async throws {
+        let handled = Mutex(0)
+        var router = BLIPRouter()
+        router.register(profile: "count") { _, _ in
+            handled.withLock { $0 += 1 }
+            return BLIPResponse()
+        }
+        let peers = InMemoryPeers(router: router)
+        try await peers.run { connection in
+            let bad = BLIPRequest(profile: "count", properties: ["Bad": "a\u{0}b"])
+            for attempt in 0..<3 {
+                let error = await #expect(throws: BLIPConnectionError.self) {
+                    switch attempt {
+                    case 0: _ = try await connection.sendRequest(bad)
+                    case 1: try await connection.sendNoReply(bad)
+                    default: _ = try await connection.sendRequestStreamingReply(bad)
+                    }
+                }
+                #expect(error?.code == .invalidMessage)
+            }
+            #expect(connection.statistics.framesSent == 0)
+            _ = try await connection.sendRequest(BLIPRequest(profile: "count"))
+        }
+        #expect(handled.withLock { $0 } == 1)
+    }
+}

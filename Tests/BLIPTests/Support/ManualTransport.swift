@@ -1,0 +1,124 @@
+import BLIP
+import BLIPEngine
+import BLIPWire
+import NIOCore
+import Synchronization
+
+/// A transport the test drives by hand: it delivers frames to the connection when told to, pulls the
+/// frames the connection sends with ``drain()``, and records pauses and closes. With a
+/// ``BLIPConnectionEngine`` as the other side it lets a test play any peer, byte for byte.
+final class ManualTransport: BLIPTransport {
+    struct Record {
+        var sink: BLIPTransportSink?
+        var closeReasons: [BLIPCloseReason] = []
+        var readingPaused = false
+        var pauses = 0
+        var reportedClosed = false
+    }
+
+    let dialect: BLIPDialect
+    private let record = Mutex(Record())
+
+    init(dialect: BLIPDialect = .blip3) {
+        self.dialect = dialect
+    }
+
+    func start(_ sink: BLIPTransportSink) {
+        self.record.withLock { $0.sink = sink }
+    }
+
+    func wakeWriter() {}
+
+    func pauseReading() {
+        self.record.withLock {
+            $0.readingPaused = true
+            $0.pauses += 1
+        }
+    }
+
+    func resumeReading() {
+        self.record.withLock { $0.readingPaused = false }
+    }
+
+    /// Closing completes at once: the connection hears that the transport closed.
+    func close(_ reason: BLIPCloseReason) {
+        let sink = self.record.withLock { record -> BLIPTransportSink? in
+            record.closeReasons.append(reason)
+            guard !record.reportedClosed else { return nil }
+            record.reportedClosed = true
+            return record.sink
+        }
+        sink?.closed(nil)
+    }
+
+    /// The peer vanished (or sent something that ended the connection at the transport).
+    func fail(_ error: any Error) {
+        let sink = self.record.withLock { record -> BLIPTransportSink? in
+            guard !record.reportedClosed else { return nil }
+            record.reportedClosed = true
+            return record.sink
+        }
+        sink?.closed(error)
+    }
+
+    /// Hands `frame` to the connection, as if it had arrived.
+    func deliver(_ frame: ByteBuffer) {
+        let sink = self.record.withLock { $0.reportedClosed ? nil : $0.sink }
+        sink?.received(frame)
+    }
+
+    /// Every frame the connection has ready now (it is asked until it has none).
+    func drain(limit: Int = 100_000) -> [ByteBuffer] {
+        guard let sink = self.record.withLock({ $0.sink }) else { return [] }
+        var frames: [ByteBuffer] = []
+        while frames.count < limit {
+            var frame = ByteBuffer()
+            guard sink.nextFrame(into: &frame) else { break }
+            frames.append(frame)
+        }
+        return frames
+    }
+
+    var closeReasons: [BLIPCloseReason] { self.record.withLock { $0.closeReasons } }
+    var isReadingPaused: Bool { self.record.withLock { $0.readingPaused } }
+    var pauseCount: Int { self.record.withLock { $0.pauses } }
+}
+
+/// The peer of a ``ManualTransport``: an engine whose frames the test passes across by hand.
+final class ScriptedPeer {
+    let engine: BLIPConnectionEngine
+    let transport: ManualTransport
+    /// Events the peer's engine reported, in order.
+    private(set) var events: [BLIPEngineEvent] = []
+
+    init(transport: ManualTransport, configuration: BLIPEngineConfiguration? = nil) {
+        self.transport = transport
+        self.engine = BLIPConnectionEngine(configuration: configuration ?? BLIPEngineConfiguration(dialect: transport.dialect))
+    }
+
+    /// Sends everything the peer has queued to the connection.
+    func flush() throws {
+        var frame = ByteBuffer()
+        while case .frame = try self.engine.nextFrame(into: &frame, now: .now()) {
+            self.transport.deliver(frame)
+            frame = ByteBuffer()
+        }
+    }
+
+    /// Passes what the connection sent to the peer's engine.
+    func receive() throws {
+        for frame in self.transport.drain() {
+            if let event = try self.engine.receive(frame, now: .now()).event { self.events.append(event) }
+        }
+    }
+
+    /// Replies and errors the peer has received whole, by request number.
+    var replies: [(number: UInt64, type: BLIPMessageType, properties: BLIPProperties, body: ByteBuffer)] {
+        self.events.compactMap { event in
+            guard case .messageStarted(let message) = event, message.type != .request, message.isComplete else {
+                return nil
+            }
+            return (message.id.number, message.type, message.properties, message.body)
+        }
+    }
+}
