@@ -27,7 +27,7 @@ public struct BLIPEngineConfiguration: Sendable {
     public var maximumPropertiesSize = BLIPPropertyCodec.defaultMaximumSize
     /// The largest body accepted in one incoming message. A larger request is drained and answered
     /// with ERR BLIP/413; a larger response fails its request. The connection stays up.
-    public var maximumIncomingMessageSize = 1 << 30
+    public var maximumIncomingMessageSize = 256 << 20
     /// The most messages the peer may have partly sent at once; more is fatal.
     public var maximumIncomingMessagesInFlight = 1024
     /// Bytes of an oversized message drained after it passed ``maximumIncomingMessageSize``; a peer that

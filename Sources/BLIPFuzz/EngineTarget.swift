@@ -56,7 +56,8 @@ struct EngineSession {
         if options & 8 != 0 { local.maximumIncomingMessagesInFlight = 4 }
         if options & 16 != 0 { local.encoder.compressionLevel = 0 }
         if options & 32 != 0 { local.maximumPropertiesSize = 256 }
-        local.decoder.maximumInflatedFrameSize = 1 << 20
+        // Otherwise the production limits (the engine's defaults are a connection's): bombs must be caught
+        // by the limits users actually run with.
         self.local = BLIPConnectionEngine(configuration: local)
         self.peer = BLIPConnectionEngine(configuration: BLIPEngineConfiguration(dialect: self.dialect))
     }
@@ -209,9 +210,11 @@ struct EngineSession {
         for _ in 0..<count {
             guard let frame = self.toLocal.popFirst() else { return }
             let result: BLIPReceiveResult
+            let inflatedBefore = self.local.bytesInflated
             do {
                 result = try self.local.receive(frame, now: self.now)
             } catch {
+                try self.checkInflation(since: inflatedBefore)
                 guard self.localFailed || self.inboundTampered || self.localLimitsAreTight else {
                     throw FuzzFailure("the engine rejected an undamaged frame from our own engine: \(error)")
                 }
@@ -219,7 +222,16 @@ struct EngineSession {
                 try self.closeLocal()
                 return
             }
+            try self.checkInflation(since: inflatedBefore)
             if let event = result.event { try self.recordLocal(event) }
+        }
+    }
+
+    /// Bombs stop at the limits: one frame never inflates past the per-frame limit.
+    private func checkInflation(since before: Int) throws(FuzzFailure) {
+        let inflated = self.local.bytesInflated - before
+        guard inflated <= self.local.configuration.decoder.maximumInflatedFrameSize + 1 else {
+            throw FuzzFailure("one frame inflated \(inflated) bytes")
         }
     }
 
@@ -250,6 +262,7 @@ struct EngineSession {
     private var localLimitsAreTight: Bool {
         self.local.configuration.maximumIncomingMessagesInFlight < 1024
             || self.local.configuration.maximumPropertiesSize < BLIPPropertyCodec.defaultMaximumSize
+            || self.local.configuration.maximumIncomingMessageSize < BLIPEngineConfiguration().maximumIncomingMessageSize
     }
 
     private mutating func recordLocal(_ event: BLIPEngineEvent) throws(FuzzFailure) {

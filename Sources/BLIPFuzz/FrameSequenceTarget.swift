@@ -1,3 +1,4 @@
+internal import BLIPEngine
 internal import BLIPWire
 internal import NIOCore
 
@@ -13,48 +14,69 @@ enum FrameSequenceTarget {
     static func run(_ data: UnsafeRawBufferPointer) throws(FuzzFailure) {
         var input = FuzzInput(data)
         let dialect = BLIPDialect.allCases[input.choice(BLIPDialect.allCases.count)]
-        var configuration = BLIPFrameDecoder.Configuration()
-        configuration.maximumInflatedFrameSize = 1 << 20
-        let decoder = BLIPFrameDecoder(dialect: dialect, configuration: configuration)
+        // The production limits: inflation per frame and message size as a connection has them.
+        let limits = BLIPEngineConfiguration(dialect: dialect)
+        let decoder = BLIPFrameDecoder(dialect: dialect, configuration: limits.decoder)
         var readers: [MessageKey: BLIPMessageReader] = [:]
 
         while !input.isAtEnd {
             let frame = ByteBuffer(bytes: input.record())
-            let decoded: BLIPDecodedFrame
-            do {
-                decoded = try decoder.decode(frame)
-            } catch {
-                try Self.check(error, frameLength: frame.readableBytes)
-                return  // fatal for a connection: nothing after it counts
+            let inflatedBefore = decoder.bytesInflated
+            let goesOn = try Self.take(frame, decoder: decoder, readers: &readers, limits: limits)
+            // Bombs stop at the limits: one frame never inflates past the per-frame limit.
+            let inflated = decoder.bytesInflated - inflatedBefore
+            guard inflated <= limits.decoder.maximumInflatedFrameSize + 1 else {
+                throw FuzzFailure("one frame inflated \(inflated) bytes")
             }
-            guard case .data(let dataFrame) = decoded else { continue }
-            let key = MessageKey(dataFrame.header)
-            var reader =
-                readers.removeValue(forKey: key)
-                ?? decoder.makeMessageReader(for: dataFrame.header, maximumBodySize: 4 << 20)
-            do {
-                let piece = try reader.append(dataFrame.payload)
-                guard
-                    piece.readableBytes <= dataFrame.payload.readableBytes || dialect != .blip3
-                        || dataFrame.header.flags.contains(.compressed)
-                else {
-                    throw FuzzFailure("an uncompressed BLIP 3 frame produced more body than it carried")
-                }
-                if dataFrame.header.flags.contains(.moreComing) {
-                    guard readers.count < Self.maximumOpenMessages else { return }
-                    readers[key] = reader
-                } else {
-                    try reader.finish()
-                }
-            } catch let error as BLIPWireError {
-                try Self.check(error, frameLength: frame.readableBytes)
-                return
-            } catch let failure as FuzzFailure {
-                throw failure
-            } catch {
-                throw FuzzFailure("untyped error \(error)")
-            }
+            if !goesOn { return }
         }
+    }
+
+    /// Decodes one frame and feeds its message's reader; false once the direction cannot go on.
+    private static func take(
+        _ frame: ByteBuffer,
+        decoder: BLIPFrameDecoder,
+        readers: inout [MessageKey: BLIPMessageReader],
+        limits: BLIPEngineConfiguration
+    ) throws(FuzzFailure) -> Bool {
+        let decoded: BLIPDecodedFrame
+        do {
+            decoded = try decoder.decode(frame)
+        } catch {
+            try Self.check(error, frameLength: frame.readableBytes)
+            return false  // fatal for a connection: nothing after it counts
+        }
+        guard case .data(let dataFrame) = decoded else { return true }
+        let key = MessageKey(dataFrame.header)
+        var reader =
+            readers.removeValue(forKey: key)
+            ?? decoder.makeMessageReader(for: dataFrame.header, maximumBodySize: limits.maximumIncomingMessageSize)
+        do {
+            let piece = try reader.append(dataFrame.payload)
+            guard
+                piece.readableBytes <= dataFrame.payload.readableBytes || decoder.dialect != .blip3
+                    || dataFrame.header.flags.contains(.compressed)
+            else {
+                throw FuzzFailure("an uncompressed BLIP 3 frame produced more body than it carried")
+            }
+            guard reader.bodyBytesRead <= limits.maximumIncomingMessageSize else {
+                throw FuzzFailure("a body of \(reader.bodyBytesRead) bytes passed the limit")
+            }
+            if dataFrame.header.flags.contains(.moreComing) {
+                guard readers.count < Self.maximumOpenMessages else { return false }
+                readers[key] = reader
+            } else {
+                try reader.finish()
+            }
+        } catch let error as BLIPWireError {
+            try Self.check(error, frameLength: frame.readableBytes)
+            return false
+        } catch let failure as FuzzFailure {
+            throw failure
+        } catch {
+            throw FuzzFailure("untyped error \(error)")
+        }
+        return true
     }
 
     /// A decode error says where it happened; never before the start of what was decoded.

@@ -24,6 +24,8 @@ import Testing
 /// - `{"ack": "ACK_MSG"|"ACK_RPY", "number": n, "count": c}`, `{"hex": "..."}` (a binary message holding these
 ///   bytes), `{"text": "..."}`, `{"websocket": {opcode, rsv1, masked, payload_hex}}`, `{"close": code}`,
 ///   `{"bomb_file": "name"}` (a frame stored in Fixtures/bad-input), `{"oversized": bytes}`,
+///   `{"gzip_bomb": {"reply": n, "inflated": bytes, "frame_size": bytes}}` (RPY #n whose gzip body, that
+///   many zeros, is sent in frames of at most that size: the older dialects' compression),
 ///   `{"partial_then_drop_hex": "..."}` (raw bytes, then the TCP connection closes).
 @Suite("Bad input catalogue", .timeLimit(.minutes(5)))
 struct BadInputCatalogueTests {
@@ -280,6 +282,10 @@ final class ServerFrameForger: @unchecked Sendable {
             )
             return try await peer.send(frame)
         }
+        if let bomb = spec["gzip_bomb"]?.object {
+            for frame in try self.gzipBomb(bomb) { try await peer.sendFrame(opcode: 0x2, frame) }
+            return
+        }
         let payload = try self.frame(spec)
         let fragments = spec["fragments"]?.int ?? 1
         guard fragments > 1 else { return try await peer.sendFrame(opcode: 0x2, payload) }
@@ -358,6 +364,31 @@ final class ServerFrameForger: @unchecked Sendable {
         if let extra = spec["extra_flag_bits"]?.int { bytes = Self.addingFlagBits(extra, to: bytes) }
         if let mutate = spec["mutate"]?.object { Self.mutate(&bytes, mutate) }
         return bytes
+    }
+
+    /// The frames of a reply whose gzip body inflates to `inflated` zeros.
+    func gzipBomb(_ spec: [String: JSONValue]) throws -> [[UInt8]] {
+        var data = ByteBuffer()
+        _ = try self.encoder.writeMessageData(
+            properties: [:],
+            body: ByteBuffer(repeating: 0, count: spec["inflated"]!.int!),
+            compressed: true,
+            into: &data
+        )
+        var message = BLIPMessageData(data)
+        var frames: [[UInt8]] = []
+        while message.readableBytes > 0 {
+            var output = ByteBuffer()
+            _ = try self.encoder.encodeFrame(
+                BLIPFrameHeader(messageNumber: UInt64(spec["reply"]!.int!), type: .response, flags: [.compressed]),
+                data: &message,
+                endOfMessage: true,
+                maximumFrameSize: spec["frame_size"]!.int!,
+                into: &output
+            )
+            frames.append(Array(output.readableBytesView))
+        }
+        return frames
     }
 
     /// Rewrites the header's flags varint with more bits set (the CRC covers bodies, not headers).
