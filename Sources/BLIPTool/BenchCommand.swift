@@ -93,7 +93,8 @@ struct BenchCommand: AsyncParsableCommand {
             process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0])
         }
         process.arguments =
-            ["serve", "--port", "0", "--max-message-size", "\(1 << 20)"] + (seed ? ["--dialect", "seed"] : [])
+            ["serve", "--port", "0", "--max-message-size", "\(1 << 20)", "--max-incoming-message-size", "\(1 << 31)"]
+            + (seed ? ["--dialect", "seed"] : [])
             + (fixedWindow ? ["--fixed-window"] : [])
             + (compressionLevel.map { ["--compression-level", "\($0)"] } ?? [])
         let output = Pipe()

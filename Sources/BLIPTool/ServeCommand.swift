@@ -24,6 +24,10 @@ struct ServeCommand: AsyncParsableCommand {
     var dialect: DialectOption?
     @Option(help: "Write every connection's frames under this folder.") var capture: String?
     @Option(help: "Largest WebSocket message accepted, in bytes.") var maxMessageSize = 1 << 20
+    @Option(help: "Largest BLIP message body accepted, in bytes (streamed bodies; whole ones also stop at the budget).")
+    var maxIncomingMessageSize = BLIPConnection.Configuration().maximumIncomingMessageSize
+    @Option(help: "Bytes a client may make one connection hold before it is held back (the hard limit is twice this).")
+    var incomingBufferBudget = BLIPConnection.Configuration().incomingBufferBudget
     @Flag(help: "Make every connection a pure echo endpoint, no BLIP (for WebSocket conformance tests).")
     var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
@@ -36,6 +40,9 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
+        }
+        if self.maxIncomingMessageSize <= 0 || self.incomingBufferBudget <= 0 {
+            throw ValidationError("--max-incoming-message-size and --incoming-buffer-budget must be positive")
         }
     }
 
@@ -53,7 +60,9 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         configuration.rawEndpointMode = self.echoOnly ? .echo : .benchmark
         configuration.connection.unhandledRequests = .deliver
-        configuration.connection.maximumIncomingMessageSize = 1 << 30
+        configuration.connection.maximumIncomingMessageSize = self.maxIncomingMessageSize
+        configuration.connection.incomingBufferBudget = self.incomingBufferBudget
+        configuration.connection.incomingBufferHardLimit = 2 * self.incomingBufferBudget
         if self.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
         configuration.connection.compressionLevel = self.compressionLevel
         if let certificate = self.tlsCert, let key = self.tlsKey {

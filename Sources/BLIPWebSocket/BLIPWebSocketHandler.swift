@@ -92,7 +92,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.pump()
     }
 
-    func pump() {
+    /// Writes frames while the channel takes them, up to `turnLimit` bytes, then yields to the loop. With
+    /// `untilDone` it writes everything the connection has, writable or not (before a close frame: the
+    /// connection bounds what it still has then).
+    func pump(turnLimit: Int = BLIPWebSocketHandler.bytesPerTurn, untilDone: Bool = false) {
         guard !self.isPumping else {
             // Called back from inside a flush (the socket drained and turned writable again): the running
             // pump goes round once more rather than missing the wake-up.
@@ -107,8 +110,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             var written = 0
             var frames = 0  // messages may be empty (the raw endpoints echo them): count them too
             var yielded = false
-            while context.channel.isWritable {
-                if written >= Self.bytesPerTurn {
+            while context.channel.isWritable || untilDone {
+                if written >= turnLimit {
                     // Let the loop's other work run (reads, ACKs, the task about to queue an urgent request):
                     // a pump that ran until the window closed would hold all of it back.
                     yielded = true
@@ -170,7 +173,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// peer's earlier requests, when the close is for a fatal error). The connection is reported closed at
     /// once: nothing more is read.
     func close(_ reason: BLIPCloseReason) {
-        self.pump()
+        self.pump(turnLimit: .max, untilDone: true)  // nothing may be written after the close frame
         let code = WebSocketErrorCode(codeNumber: Int(reason.code.rawValue))
         let error: (any Error)? =
             reason.code.isNormal

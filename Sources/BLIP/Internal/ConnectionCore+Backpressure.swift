@@ -145,15 +145,19 @@ extension ConnectionCore {
     func updateReading(_ state: inout State, effects: inout Effects) {
         let budget = self.configuration.incomingBufferBudget
         let total = self.bufferedBytes(state)
+        // What handlers, queues and readers hold goes away without reading more; whole messages still
+        // arriving do not: pausing for them alone would wait forever.
+        let releasable = state.buffered - state.assembling
         if state.pausedForBacklog {
             let caughtUp =
                 total <= budget / 2
                 && state.pendingWork.count <= self.configuration.maximumConcurrentHandlers / 2
                 && state.unhandled.count <= self.configuration.incomingRequestBufferSize / 2
-            if caughtUp || !self.mayPauseReading(state) { state.pausedForBacklog = false }
+            if caughtUp || releasable == 0 || !self.mayPauseReading(state) { state.pausedForBacklog = false }
         } else {
             let behind =
-                total > budget || state.pendingWork.count >= self.configuration.maximumConcurrentHandlers
+                (total > budget && releasable > 0)
+                || state.pendingWork.count >= self.configuration.maximumConcurrentHandlers
                 || state.unhandled.count >= self.configuration.incomingRequestBufferSize
             if behind && self.mayPauseReading(state) {
                 state.pausedForBacklog = true
