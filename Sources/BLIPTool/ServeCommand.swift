@@ -24,6 +24,9 @@ struct ServeCommand: AsyncParsableCommand {
     var dialect: DialectOption?
     @Option(help: "Write every connection's frames under this folder.") var capture: String?
     @Option(help: "Largest WebSocket message accepted, in bytes.") var maxMessageSize = 1 << 20
+    @Option(help: "Refuse connections beyond this many open at once (default: no limit).") var maxConnections: Int?
+    @Option(help: "Close connections not upgraded to WebSocket within this many seconds.")
+    var handshakeTimeout = 10.0
     @Flag(help: "Make every connection a pure echo endpoint, no BLIP (for WebSocket conformance tests).")
     var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
@@ -36,6 +39,10 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
+        }
+        if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
+        if !(self.handshakeTimeout > 0 && self.handshakeTimeout <= 86_400) {
+            throw ValidationError("--handshake-timeout is more than 0 and at most 86 400 seconds")
         }
     }
 
@@ -50,6 +57,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.acceptsSeedDialect = self.dialect?.isSeed ?? false
         configuration.captureDirectory = self.capture
         configuration.maximumMessageSize = self.maxMessageSize
+        configuration.maximumConnections = self.maxConnections
+        configuration.handshakeTimeout = .nanoseconds(Int64(self.handshakeTimeout * 1e9))
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         configuration.rawEndpointMode = self.echoOnly ? .echo : .benchmark
         configuration.connection.unhandledRequests = .deliver
