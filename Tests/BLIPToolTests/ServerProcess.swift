@@ -7,6 +7,9 @@ final class ServerProcess {
     let port: Int
     private let log: URL
 
+    /// Whether this system has /proc, where the figures come from.
+    static var isSupported: Bool { FileManager.default.fileExists(atPath: "/proc/self/stat") }
+
     /// The `blip` executable that `swift build` puts beside the test bundle; nil when it was not built.
     static var executable: URL? {
         let tests = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
