@@ -19,13 +19,17 @@ final class ServerProcess {
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
     }
 
-    /// Starts `blip serve --port 0 <arguments>` with at most `fileLimit` descriptors and reads its port.
-    init(_ executable: URL, fileLimit: Int, arguments: [String] = []) throws {
+    /// Starts `blip serve --port 0` with at most `fileLimit` descriptors and reads its port.
+    init(_ executable: URL, fileLimit: Int) throws {
         self.log = FileManager.default.temporaryDirectory.appendingPathComponent("blip-serve-\(UUID().uuidString).log")
         _ = FileManager.default.createFile(atPath: self.log.path, contents: nil)
         self.process.executableURL = URL(fileURLWithPath: "/bin/sh")
         self.process.arguments =
-            ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable.path, "serve", "--port", "0"] + arguments
+            ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable.path, "serve", "--port", "0"]
+        // Under `swift test --enable-code-coverage` the child would write its own profile beside the tests'.
+        self.process.environment = ProcessInfo.processInfo.environment.merging(["LLVM_PROFILE_FILE": "/dev/null"]) {
+            $1
+        }
         let output = Pipe()
         self.process.standardOutput = output
         self.process.standardError = try FileHandle(forWritingTo: self.log)
