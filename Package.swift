@@ -121,7 +121,7 @@ let package = Package(
         .testTarget(
             name: "BLIPToolTests",
             dependencies: [
-                "BLIPTool", "BLIPWebSocket", "BLIP", nioCore,
+                "BLIPTool", "BLIPWebSocket", "BLIP", nioCore, nioPosix,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -28,6 +28,9 @@ struct ServeCommand: AsyncParsableCommand {
     var maxIncomingMessageSize = BLIPConnection.Configuration().maximumIncomingMessageSize
     @Option(help: "Bytes a client may make one connection hold before it is held back (the hard limit is twice this).")
     var incomingBufferBudget = BLIPConnection.Configuration().incomingBufferBudget
+    @Option(help: "Refuse connections beyond this many open at once (default: no limit).") var maxConnections: Int?
+    @Option(help: "Close connections not upgraded to WebSocket within this many seconds.")
+    var handshakeTimeout = 10.0
     @Flag(help: "Make every connection a pure echo endpoint, no BLIP (for WebSocket conformance tests).")
     var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
@@ -44,6 +47,10 @@ struct ServeCommand: AsyncParsableCommand {
         if self.maxIncomingMessageSize <= 0 || self.incomingBufferBudget <= 0 {
             throw ValidationError("--max-incoming-message-size and --incoming-buffer-budget must be positive")
         }
+        if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
+        if !(self.handshakeTimeout > 0 && self.handshakeTimeout <= 86_400) {
+            throw ValidationError("--handshake-timeout is more than 0 and at most 86 400 seconds")
+        }
     }
 
     func run() async throws {
@@ -57,6 +64,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.acceptsSeedDialect = self.dialect?.isSeed ?? false
         configuration.captureDirectory = self.capture
         configuration.maximumMessageSize = self.maxMessageSize
+        configuration.maximumConnections = self.maxConnections
+        configuration.handshakeTimeout = .nanoseconds(Int64(self.handshakeTimeout * 1e9))
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         configuration.rawEndpointMode = self.echoOnly ? .echo : .benchmark
         configuration.connection.unhandledRequests = .deliver

@@ -34,6 +34,17 @@ public final class BLIPWebSocketServer: Sendable {
         public var closeTimeout = TimeAmount.seconds(2)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
+        /// How long a client has from its TCP connect to a completed WebSocket upgrade (a TLS handshake
+        /// included); then its connection is closed. Without it a client that sends nothing, or a byte at a
+        /// time, holds its socket forever.
+        public var handshakeTimeout = TimeAmount.seconds(10)
+        /// The largest HTTP request head accepted, in bytes of request target and header names and values
+        /// (each field alone, and all together); a larger one gets HTTP 400 and the connection closes.
+        public var maximumRequestHeadSize = 16 * 1024
+        /// The most connections open at once, counted from accept to close, those still in their handshake
+        /// included; a connection beyond it is closed as soon as it is accepted. nil: no limit but the
+        /// process's file descriptors (while none is left, accepting pauses).
+        public var maximumConnections: Int?
         /// Write every connection's frames to a new folder `connection-NNN` under this one.
         public var captureDirectory: String?
         /// Connections that get a raw WebSocket endpoint instead of BLIP (echo, and the `sink:N` /
@@ -137,6 +148,15 @@ public final class BLIPWebSocketServer: Sendable {
         )
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try Self.initializeListener(
+                        channel,
+                        maximumConnections: configuration.maximumConnections,
+                        logger: logger
+                    )
+                }
+            }
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -201,6 +221,20 @@ public final class BLIPWebSocketServer: Sendable {
     /// Connections open now.
     public var openConnectionCount: Int { self.open.withLockedValue { $0.count } }
 
+    /// The listening channel's handlers: a pause after accept fails for want of descriptors or memory (with
+    /// its rate-limited log), and the connection limit.
+    private static func initializeListener(
+        _ channel: any Channel,
+        maximumConnections: Int?,
+        logger: Logger
+    ) throws {
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(AcceptPauseHandler(logger: logger))
+        if let maximumConnections {
+            try sync.addHandler(ConnectionLimitHandler(limit: maximumConnections, logger: logger))
+        }
+    }
+
     private static func initialize(
         _ channel: any Channel,
         policy: UpgradePolicy,
@@ -213,6 +247,10 @@ public final class BLIPWebSocketServer: Sendable {
         accepted: AsyncStream<AcceptedConnection>.Continuation
     ) throws {
         let sync = channel.pipeline.syncOperations
+        try sync.addHandler(
+            HandshakeTimeoutHandler(timeout: configuration.handshakeTimeout, logger: settings.logger),
+            name: HandshakeTimeoutHandler.name
+        )
         if let tlsContext { try sync.addHandler(NIOSSLServerHandler(context: tlsContext)) }
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: configuration.maximumMessageSize,
@@ -236,6 +274,7 @@ public final class BLIPWebSocketServer: Sendable {
                         try channel.pipeline.syncOperations.addHandler(handler)
                         handler.start(RawEndpoint(mode: configuration.rawEndpointMode))
                         rawChannels.add(channel, isRaw: true)
+                        channel.pipeline.syncOperations.removeHandler(name: HandshakeTimeoutHandler.name, promise: nil)
                         return
                     }
                     guard case .accept(let subprotocol, let dialect) = policy.decide(head) else {
@@ -253,6 +292,7 @@ public final class BLIPWebSocketServer: Sendable {
                         channel: channel
                     )
                     rawChannels.add(channel, isRaw: false)
+                    channel.pipeline.syncOperations.removeHandler(name: HandshakeTimeoutHandler.name, promise: nil)
                     var logger = settings.logger
                     logger[metadataKey: "blip.remote"] = "\(channel.remoteAddress.map { "\($0)" } ?? "?")"
                     let connection = BLIPConnection(
@@ -272,6 +312,10 @@ public final class BLIPWebSocketServer: Sendable {
                 }
             }
         )
+        // Set explicitly: NIO's defaults have changed between releases (80 KB, 2 MB, 80 KB again).
+        var headLimits = NIOHTTPDecoderLimitConfiguration()
+        headLimits.maxHeaderFieldSize = configuration.maximumRequestHeadSize
+        headLimits.maxHeaderListSize = configuration.maximumRequestHeadSize
         try sync.configureHTTPServerPipeline(
             withServerUpgrade: (
                 upgraders: [upgrader],
@@ -279,7 +323,9 @@ public final class BLIPWebSocketServer: Sendable {
                     context.pipeline.syncOperations.removeHandler(name: "blip-refusal", promise: nil)
                 }
             ),
-            withErrorHandling: true
+            withErrorHandling: true,
+            withEncoderConfiguration: HTTPResponseEncoder.Configuration(),
+            withDecoderLimitConfiguration: headLimits
         )
         try sync.addHandler(RefusalHandler(policy: policy), name: "blip-refusal")
     }
@@ -346,7 +392,8 @@ struct UpgradePolicy: Sendable {
     }
 }
 
-/// Answers every request that was not upgraded: the policy's refusal, or 426 for plain HTTP.
+/// Answers every request that was not upgraded: 400 for an upgrade request without its key, the policy's
+/// refusal, or 426 for plain HTTP.
 final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -371,7 +418,11 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
             var text = "this is a BLIP WebSocket endpoint"
             var headers = HTTPHeaders()
             let isUpgrade = head.headers["Upgrade"].contains { $0.lowercased().contains("websocket") }
-            if isUpgrade, case .refuse(let refusal, let message) = self.policy.decide(head) {
+            if isUpgrade && head.headers["Sec-WebSocket-Key"].count != 1 {
+                // RFC 6455 4.2.1: a malformed handshake, not a request for another protocol.
+                status = .badRequest
+                text = "a WebSocket upgrade request needs one Sec-WebSocket-Key header"
+            } else if isUpgrade, case .refuse(let refusal, let message) = self.policy.decide(head) {
                 status = refusal
                 text = message
             } else {

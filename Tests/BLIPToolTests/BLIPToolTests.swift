@@ -49,6 +49,8 @@ struct ArgumentTests {
             ["decode", "f", "--direction", "up"],
             ["serve", "--dialect", "blip4"],
             ["serve", "--compression-level", "10"],
+            ["serve", "--max-connections", "0"],
+            ["serve", "--handshake-timeout", "0"],
             ["bench", "--self", "--compression-level", "-1"],
         ]
     )
@@ -60,8 +62,10 @@ struct ArgumentTests {
     func others() throws {
         let serve = try ServeCommand.parse([
             "--host", "::1", "--port", "0", "--path", "/db", "--protocols", "BLIP", "--dialect", "seed",
+            "--max-connections", "100", "--handshake-timeout", "2.5",
         ])
         #expect(serve.port == 0 && serve.path == "/db" && serve.protocols == "BLIP" && serve.dialect?.isSeed == true)
+        #expect(serve.maxConnections == 100 && serve.handshakeTimeout == 2.5)
         let bench = try BenchCommand.parse([
             "--self", "--workload", "bulk", "--data", "text", "--compressed", "--direction", "down", "--baseline",
             "--fixed-window", "--compression-level", "1", "--no-warm-up",

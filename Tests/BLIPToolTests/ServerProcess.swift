@@ -1,0 +1,77 @@
+import Foundation
+
+/// `blip serve` in a child process, started through `sh` so that it can run under a lower file descriptor
+/// limit than this test process (which cannot lower its own safely while other tests run).
+final class ServerProcess {
+    let process = Process()
+    let port: Int
+    private let log: URL
+
+    /// Whether this system has /proc, where the figures come from.
+    static var isSupported: Bool { FileManager.default.fileExists(atPath: "/proc/self/stat") }
+
+    /// The `blip` executable that `swift build` puts beside the test bundle; nil when it was not built.
+    static var executable: URL? {
+        let tests = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        let candidates = [tests, URL(fileURLWithPath: CommandLine.arguments[0])].map {
+            $0.deletingLastPathComponent().appendingPathComponent("blip")
+        }
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
+    }
+
+    /// Starts `blip serve --port 0` with at most `fileLimit` descriptors and reads its port.
+    init(_ executable: URL, fileLimit: Int) throws {
+        self.log = FileManager.default.temporaryDirectory.appendingPathComponent("blip-serve-\(UUID().uuidString).log")
+        _ = FileManager.default.createFile(atPath: self.log.path, contents: nil)
+        self.process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        self.process.arguments =
+            ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable.path, "serve", "--port", "0"]
+        // Under `swift test --enable-code-coverage` the child would write its own profile beside the tests'.
+        self.process.environment = ProcessInfo.processInfo.environment.merging(["LLVM_PROFILE_FILE": "/dev/null"]) {
+            $1
+        }
+        let output = Pipe()
+        self.process.standardOutput = output
+        self.process.standardError = try FileHandle(forWritingTo: self.log)
+        try self.process.run()
+        // The first line says where it listens (blip bench --self reads it the same way).
+        var line = Data()
+        while let byte = try output.fileHandleForReading.read(upToCount: 1), !byte.isEmpty, byte != Data("\n".utf8) {
+            line.append(byte)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard let port = text.split(separator: ":").last.flatMap({ Int($0.prefix(while: \.isNumber)) }) else {
+            self.process.terminate()
+            throw CocoaError(.fileReadCorruptFile, userInfo: [NSLocalizedDescriptionKey: "no port in '\(text)'"])
+        }
+        self.port = port
+    }
+
+    var processID: Int32 { self.process.processIdentifier }
+
+    /// Descriptors the process has open now.
+    var openFiles: Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(self.processID)/fd").count) ?? 0
+    }
+
+    /// CPU time the process has used so far (user + system), from /proc/<pid>/stat.
+    var cpuTime: Duration {
+        guard let stat = try? String(contentsOfFile: "/proc/\(self.processID)/stat", encoding: .utf8),
+            let afterName = stat.range(of: ")", options: .backwards)
+        else { return .zero }
+        // After the name: state is field 3; utime and stime are fields 14 and 15, in clock ticks.
+        let fields = stat[afterName.upperBound...].split(separator: " ")
+        let ticks = (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+        return .milliseconds(ticks * 1000 / sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// Stops the server and returns what it logged.
+    func stop() -> String {
+        if self.process.isRunning {
+            self.process.terminate()
+            self.process.waitUntilExit()
+        }
+        defer { try? FileManager.default.removeItem(at: self.log) }
+        return (try? String(contentsOf: self.log, encoding: .utf8)) ?? ""
+    }
+}
