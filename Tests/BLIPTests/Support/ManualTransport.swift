@@ -51,6 +51,16 @@ final class ManualTransport: BLIPTransport {
         sink?.closed(nil)
     }
 
+    /// The peer closed the connection normally.
+    func peerClosed() {
+        let sink = self.record.withLock { record -> BLIPTransportSink? in
+            guard !record.reportedClosed else { return nil }
+            record.reportedClosed = true
+            return record.sink
+        }
+        sink?.closed(nil)
+    }
+
     /// The peer vanished (or sent something that ended the connection at the transport).
     func fail(_ error: any Error) {
         let sink = self.record.withLock { record -> BLIPTransportSink? in
