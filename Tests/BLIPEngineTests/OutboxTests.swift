@@ -49,13 +49,15 @@ struct OutboxTests {
     }
 
     @Test("normal messages go to the tail: round robin")
-    func roundRobin() {
+    func roundRobin() throws {
         var outbox = BLIPOutbox<Entry>()
         for token in ["n1", "n2", "n3"] { outbox.push(Entry(token), isNew: true) }
-        let head = outbox.popFirst()!
+        let popped = outbox.popFirst()
+        let head = try #require(popped)
         outbox.push(head, isNew: false)
         #expect(outbox.entries.map(\.name) == ["n2", "n3", "n1"])
-        let next = outbox.popFirst()!
+        let poppedNext = outbox.popFirst()
+        let next = try #require(poppedNext)
         outbox.push(next, isNew: false)
         #expect(outbox.entries.map(\.name) == ["n3", "n1", "n2"])
     }

@@ -218,8 +218,8 @@ struct RequestExitCodeTests {
     }
 }
 
-// Beside the seeded engine sessions, which keep both threads of the cooperative pool busy, each task hop
-// of a round trip here can wait a third of a second: the workloads are kept small, and the limit wide.
+// On a loaded machine each task hop of a round trip here can wait: the workloads are kept small, and the
+// limit wide.
 @Suite("blip bench workloads", .timeLimit(.minutes(5)))
 struct BenchWorkloadTests {
     @Test("each workload runs against the standard profiles and reports what it measured")

@@ -14,7 +14,7 @@ struct CaptureTests {
             let frames = scenario.frames(in: direction)
             for frame in frames {
                 try replay.receive(try scenario.frameBytes(frame))
-                let decoded = replay.frames.last!
+                let decoded = try #require(replay.frames.last)
                 switch decoded {
                 case .data(let data):
                     let expected = try BLIPFrameHeader(

@@ -135,7 +135,8 @@ struct RoundTripPropertyTests {
         let frames = try frameMessage(encoder, flags: .compressed, body: body, frameSize: 2 + 1 + trailer)
         var replay = DirectionReplay(dialect: dialect)
         for frame in frames { try replay.receive(frame) }
-        #expect(Array(replay.completed[0].body.readableBytesView) == body)
-        #expect(replay.completed[0].frameCount == frames.count)
+        let message = try #require(replay.completed.first)
+        #expect(Array(message.body.readableBytesView) == body)
+        #expect(message.frameCount == frames.count)
     }
 }

@@ -81,6 +81,14 @@ extension BLIPEngineEvent {
     }
 }
 
+extension BLIPNextFrame {
+    /// The frame written, or nil when the engine was idle (for `#require`).
+    var sentFrame: BLIPSentFrame? {
+        if case .frame(let frame) = self { return frame }
+        return nil
+    }
+}
+
 /// Encodes frames by hand for feeding an engine things a correct peer would never send.
 struct FrameForger {
     let encoder: BLIPFrameEncoder
