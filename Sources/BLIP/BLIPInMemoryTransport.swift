@@ -192,7 +192,9 @@ final class InMemoryLink: Sendable {
             ends[side].closed = true
             ends[side].inbox.removeAll()
             if ends[other].peerClosed == nil && !ends[other].closed {
-                ends[other].peerClosed = .some(BLIPConnectionError(closedByPeerWith: reason.code, reason: reason.message))
+                ends[other].peerClosed = .some(
+                    BLIPConnectionError(closedByPeerWith: reason.code, reason: reason.message)
+                )
             }
             return ends[side].sink
         }

@@ -116,7 +116,10 @@ extension BLIPConnectionEngine {
             guard message.bytesDrainedPastLimit <= self.configuration.maximumDrainedBytes else {
                 let drained = self.configuration.maximumDrainedBytes
                 throw self.fail(
-                    BLIPEngineError(.messageTooLarge, "\(id) went on for over \(drained) bytes past the \(limit)-byte limit")
+                    BLIPEngineError(
+                        .messageTooLarge,
+                        "\(id) went on for over \(drained) bytes past the \(limit)-byte limit"
+                    )
                 )
             }
             message.bytesConsumable = message.bytesReceived

@@ -262,7 +262,8 @@ struct EngineSession {
     private var localLimitsAreTight: Bool {
         self.local.configuration.maximumIncomingMessagesInFlight < 1024
             || self.local.configuration.maximumPropertiesSize < BLIPPropertyCodec.defaultMaximumSize
-            || self.local.configuration.maximumIncomingMessageSize < BLIPEngineConfiguration().maximumIncomingMessageSize
+            || self.local.configuration.maximumIncomingMessageSize
+                < BLIPEngineConfiguration().maximumIncomingMessageSize
     }
 
     private mutating func recordLocal(_ event: BLIPEngineEvent) throws(FuzzFailure) {

@@ -65,7 +65,9 @@ struct BackpressureTests {
                 for _ in 0..<30 {
                     group.addTask {
                         do {
-                            return .success(try await connection.sendRequest(BLIPRequest(profile: "slow", body: pattern(100_000))))
+                            return .success(
+                                try await connection.sendRequest(BLIPRequest(profile: "slow", body: pattern(100_000)))
+                            )
                         } catch {
                             return .failure(error)
                         }
@@ -133,7 +135,9 @@ struct BackpressureTests {
             }
             #expect(error?.code == .messageTooLarge)
             // Streamed, the same reply is fine: it is never held whole.
-            let reply = try await connection.sendRequestStreamingReply(BLIPRequest(profile: "echo", body: pattern(2 << 20)))
+            let reply = try await connection.sendRequestStreamingReply(
+                BLIPRequest(profile: "echo", body: pattern(2 << 20))
+            )
             #expect(try await reply.body.collect(upTo: 4 << 20).readableBytes == 2 << 20)
         }
     }

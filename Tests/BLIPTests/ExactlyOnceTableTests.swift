@@ -1,9 +1,10 @@
-@testable import BLIP
 import BLIPEngine
 import BLIPWire
 import NIOCore
 import Synchronization
 import Testing
+
+@testable import BLIP
 
 /// The README's promise as a table: every send API against every way a message can end. Each call returns
 /// or throws once, with the outcome the ending implies, within a bounded time, and the connection keeps no
@@ -186,7 +187,9 @@ struct ExactlyOnceTableTests {
         case .reply, .smallError, .largeError:
             if cell.api == .streamedBody {
                 gate.decide(true)
-                _ = await self.exchange(peer) { peer in peer.events.contains { if case .bodyReceived(_, _, true) = $0 { true } else { false } } }
+                _ = await self.exchange(peer) { peer in
+                    peer.events.contains { if case .bodyReceived(_, _, true) = $0 { true } else { false } }
+                }
             }
             guard cell.api != .noReply else { return }
             let size = cell.ending == .largeError ? 600_000 : 100

@@ -73,7 +73,10 @@ struct ResolutionRegressionTests {
             _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "hi", compressed: true))
             await #expect(throws: BLIPError.self) { try await connection.sendRequest(BLIPRequest(profile: "error")) }
             await #expect(throws: BLIPError.self) { try await connection.sendRequest(BLIPRequest(profile: "none")) }
-            _ = try await connection.sendRequest(BLIPRequest(profile: "stream-sink"), body: ChunkedBody(total: 300_000, chunk: 40_000))
+            _ = try await connection.sendRequest(
+                BLIPRequest(profile: "stream-sink"),
+                body: ChunkedBody(total: 300_000, chunk: 40_000)
+            )
             try await connection.sendNoReply(BLIPRequest(profile: "echo", text: "no reply"))
             _ = try await connection.sendRequest(BLIPRequest(profile: "echo", body: pattern(200_000)))
         }
@@ -153,6 +156,31 @@ struct ResolutionRegressionTests {
         await server.close()
         await clientRun.value
         await serverRun.value
+    }
+
+    /// BLIP cannot abort a message: a streamed body that fails after its first frame ends the connection,
+    /// and the close says the failure was ours (1011), not the peer's.
+    @Test("a body that fails after its first frame closes the connection with 1011")
+    func bodyFailureClosesWith1011() async throws {
+        let transport = ManualTransport()
+        let connection = BLIPConnection(transport: transport)
+        let peer = ScriptedPeer(transport: transport)
+        let finished = Mutex(false)
+        let call = Task {
+            defer { finished.withLock { $0 = true } }
+            _ = try await connection.sendRequest(
+                BLIPRequest(profile: "x"),
+                body: FailingBody(chunks: 2, chunkSize: 100_000)
+            )
+        }
+        // Frames and ACKs cross by hand until the call has ended (10 s at most).
+        for _ in 0..<10_000 where !finished.withLock({ $0 }) {
+            try peer.receive()
+            try peer.flush()
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        await #expect(throws: BodyFailure.self) { try await call.value }
+        #expect(transport.closeReasons.map(\.code) == [.internalError])
     }
 
     // MARK: - Messages that cannot be encoded

@@ -49,8 +49,12 @@ struct HostilePeerTests {
                 try await peer.flush()
                 let done = try await peer.read { $0.replies.count == 601 }
                 #expect(done, "\(peer.replies.count) of 601 replies")
-                #expect((1...600).allSatisfy { String(buffer: peer.replies[UInt64($0)]?.body ?? ByteBuffer()) == "2000" })
-                #expect(String(buffer: peer.replies[601]?.body ?? ByteBuffer()) == pattern(10).getString(at: 0, length: 10))
+                #expect(
+                    (1...600).allSatisfy { String(buffer: peer.replies[UInt64($0)]?.body ?? ByteBuffer()) == "2000" }
+                )
+                #expect(
+                    String(buffer: peer.replies[601]?.body ?? ByteBuffer()) == pattern(10).getString(at: 0, length: 10)
+                )
             }
             let statistics = try #require(server.first).statistics
             #expect(statistics.requestsQueuedForHandler >= 88)
@@ -167,6 +171,40 @@ struct HostilePeerTests {
         }
     }
 
+    /// Compressed frames that inflate to far more than they carry: a whole body stops at the budget (the
+    /// request is refused with 413 and drained), whatever the compression ratio.
+    @Test("a compressed request inflating to 64 MiB stays within the budget and is refused with 413")
+    func compressionAmplification() async throws {
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.connection.incomingBufferBudget = 4 << 20
+        configuration.connection.incomingBufferHardLimit = 8 << 20
+        configuration.connection.maximumDrainedBytes = 64 << 20
+        try await withWatchedServer(configuration, router: standardRouter()) { server in
+            let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
+            try await raw.channel.executeThenClose { inbound, outbound in
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound)
+                _ = try peer.engine.enqueue(
+                    BLIPOutgoingMessage(
+                        .request,
+                        properties: ["Profile": "echo"],
+                        body: .buffer(ByteBuffer(repeating: 0, count: 64 << 20)),
+                        compressed: true
+                    )
+                )
+                // An honest sender: it goes on as ACKs come.
+                for _ in 0..<100_000 where peer.replies[1] == nil && peer.closeCode == nil {
+                    try await peer.flush()
+                    _ = try await peer.read { $0.replies[1] != nil || $0.closeCode != nil || $0.engine.hasFrameToSend }
+                }
+                #expect(peer.replies[1]?.type == .error && peer.replies[1]?.properties["Error-Code"] == "413")
+                let sent = peer.bytesWritten.load(ordering: .relaxed)
+                #expect(sent < 1 << 20, "sent \(sent) bytes")
+            }
+            let statistics = try #require(server.first).statistics
+            #expect(statistics.peakBufferedIncomingBytes <= (4 << 20) + (1 << 20))
+        }
+    }
+
     @Test("more messages in flight than allowed: 1008")
     func tooManyInFlight() async throws {
         var configuration = BLIPWebSocketServer.Configuration()
@@ -242,7 +280,12 @@ struct HostilePeerTests {
                 let writer = Task {
                     for number in 1...200 {
                         try await peer.write(
-                            try frames.request(UInt64(number), profile: "slow", body: pattern(100_000), moreComing: false)
+                            try frames.request(
+                                UInt64(number),
+                                profile: "slow",
+                                body: pattern(100_000),
+                                moreComing: false
+                            )
                         )
                     }
                 }

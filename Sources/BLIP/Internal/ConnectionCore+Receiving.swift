@@ -61,7 +61,12 @@ extension ConnectionCore {
                 Self.fail(waiter, failure, effects: &effects)
             }
             self.failStream(&state, id, failure, effects: &effects)
-            self.log(.debug, "incoming message failed", ["blip.message": "\(id)", "blip.error": "\(error)"], effects: &effects)
+            self.log(
+                .debug,
+                "incoming message failed",
+                ["blip.message": "\(id)", "blip.error": "\(error)"],
+                effects: &effects
+            )
         }
     }
 

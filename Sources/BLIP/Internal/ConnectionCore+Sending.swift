@@ -299,7 +299,7 @@ extension ConnectionCore {
                 effects.counts.messagesSent += 1
                 if case .failure = result { effects.counts.errorRepliesSent += 1 }
                 self.updateReplyBacklog(&state, effects: &effects)
-            } catch where error.code == .invalidMessage {
+            } catch  where error.code == .invalidMessage {
                 self.log(
                     .error,
                     "the reply to request #\(number) could not be encoded; sent ERR BLIP/500 instead",

@@ -373,8 +373,12 @@ final class ConnectionCore: Sendable {
         effects: inout Effects
     ) {
         guard state.closeError == nil else { return }
-        self.log(byPeer ? .error : .critical, byPeer ? "the peer broke the protocol" : "connection failed",
-            ["blip.error": "\(error)"], effects: &effects)
+        self.log(
+            byPeer ? .error : .critical,
+            byPeer ? "the peer broke the protocol" : "connection failed",
+            ["blip.error": "\(error)"],
+            effects: &effects
+        )
         if byPeer {
             effects.counts.protocolErrors += 1
             state.engine.finishRepliesAfterFailure()

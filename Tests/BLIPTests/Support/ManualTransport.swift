@@ -103,7 +103,9 @@ final class ScriptedPeer {
 
     init(transport: ManualTransport, configuration: BLIPEngineConfiguration? = nil) {
         self.transport = transport
-        self.engine = BLIPConnectionEngine(configuration: configuration ?? BLIPEngineConfiguration(dialect: transport.dialect))
+        self.engine = BLIPConnectionEngine(
+            configuration: configuration ?? BLIPEngineConfiguration(dialect: transport.dialect)
+        )
     }
 
     /// Sends everything the peer has queued to the connection.

@@ -156,7 +156,9 @@ func withWatchedServer<T: Sendable>(
     var configuration = configuration
     configuration.port = 0
     configuration.heartbeatInterval = nil
-    let watched = WatchedServer(server: try await BLIPWebSocketServer.bind(configuration: configuration, router: router))
+    let watched = WatchedServer(
+        server: try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+    )
     async let serving: Void = watched.server.run { accepted in
         watched.connections.withLock { $0.append(accepted.connection) }
     }
