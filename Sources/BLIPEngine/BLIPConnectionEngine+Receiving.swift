@@ -105,20 +105,22 @@ extension BLIPConnectionEngine {
         var event: BLIPEngineEvent?
         var wakeWriter = false
         if message.isDiscarding {
-            // Drained unread: a gzip body is not inflated any further. One that keeps coming long past the
-            // size limit fails the connection.
+            // Drained unread: a gzip body is not inflated any further. A BLIP 3 frame still is (the deflate
+            // stream is shared), so what counts is the larger of what came and what it inflated to. One
+            // that keeps coming long past the size limit fails the connection.
+            message.bytesDrained += max(frame.bodyLength, frame.payload.readableBytes)
             let limit = self.configuration.maximumIncomingMessageSize
-            if message.isTooLarge {
-                message.bytesDrainedPastLimit += frame.bodyLength
-            } else {
-                message.bytesDrainedPastLimit = max(0, message.bytesReceived - limit)
-            }
-            guard message.bytesDrainedPastLimit <= self.configuration.maximumDrainedBytes else {
-                let drained = self.configuration.maximumDrainedBytes
+            let past = message.isTooLarge ? message.bytesDrained : message.bytesDrained - limit
+            guard past <= self.configuration.maximumDrainedBytes else {
+                if id.isRequest && !message.flags.contains(.noReply) && !message.wasRefusedEarly {
+                    // Its ERR BLIP/413 still goes out, ahead of the close: the request will never end now.
+                    _ = try? self.refuseOversizedRequest(id.number, flags: message.flags)
+                }
+                let allowance = self.configuration.maximumDrainedBytes
                 throw self.fail(
                     BLIPEngineError(
                         .messageTooLarge,
-                        "\(id) went on for over \(drained) bytes past the \(limit)-byte limit"
+                        "\(id) went on for over \(allowance) bytes past the \(limit)-byte limit"
                     )
                 )
             }

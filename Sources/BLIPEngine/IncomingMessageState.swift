@@ -12,8 +12,9 @@ final class IncomingMessageState {
     var headDelivered = false
     /// Too large, or a reply nobody wants: remaining frames are read and dropped.
     var isDiscarding = false
-    /// Frame bytes drained since the message passed the size limit.
-    var bytesDrainedPastLimit = 0
+    /// Bytes drained unread (frame bytes, or what a BLIP 3 frame inflated to, whichever is larger): since
+    /// the message was refused when it is too large, since its start otherwise.
+    var bytesDrained = 0
     var isTooLarge = false
     /// An oversized request already answered ERR BLIP/413 (before its last frame).
     var wasRefusedEarly = false

@@ -121,6 +121,10 @@ struct BadInputCase: Sendable, CustomTestStringConvertible {
         if let count = self.client["maximum_incoming_messages_in_flight"]?.int {
             configuration.connection.maximumIncomingMessagesInFlight = count
         }
+        if let budget = self.client["incoming_buffer_budget"]?.int {
+            configuration.connection.incomingBufferBudget = budget
+            configuration.connection.incomingBufferHardLimit = 2 * budget
+        }
         let transport = try await BLIPWebSocketClient.openTransport(
             to: "ws://127.0.0.1:\(server.port)/",
             configuration: configuration

@@ -12,6 +12,10 @@ import Testing
 @Suite("Hostile peers against the server", .timeLimit(.minutes(3)))
 struct HostilePeerTests {
     static let subprotocols = ["BLIP_3+CBMobile_3"]
+    // Bodies made once: a debug build takes a while to make them, on the thread pool the sockets share.
+    static let piece8K = pattern(8_192)
+    static let piece16K = pattern(16_000)
+    static let piece100K = pattern(100_000)
 
     /// Bodies read piece by piece: the handler ends when its body does.
     static func sinkRouter() -> BLIPRouter {
@@ -85,7 +89,7 @@ struct HostilePeerTests {
                             let frame = try frames.request(
                                 1,
                                 profile: index == 0 ? "stream-sink" : nil,
-                                body: pattern(16_000),
+                                body: Self.piece16K,
                                 moreComing: true
                             )
                             do {
@@ -104,9 +108,8 @@ struct HostilePeerTests {
                 // The limit and the drain allowance, then nothing more was taken.
                 let read = try #require(server.first).statistics.bytesReceived
                 #expect(read > 5 << 20 && read < (5 << 20) + 64_000, "the server read \(read) bytes")
-                if repliesEarly {
-                    #expect(peer.replies[1]?.type == .error && peer.replies[1]?.properties["Error-Code"] == "413")
-                }
+                // Early or not, the request got its 413 before the close.
+                #expect(peer.replies[1]?.type == .error && peer.replies[1]?.properties["Error-Code"] == "413")
             }
         }
     }
@@ -117,6 +120,8 @@ struct HostilePeerTests {
     func unreadReplies() async throws {
         var configuration = BLIPWebSocketServer.Configuration()
         configuration.connection.maximumQueuedReplyBytes = 1 << 20
+        // Handlers that lag on a busy machine would pause reading for their own reason: not what is tested.
+        configuration.connection.maximumConcurrentHandlers = 100_000
         try await withWatchedServer(configuration, router: standardRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
@@ -125,11 +130,15 @@ struct HostilePeerTests {
                 let writer = Task {
                     for number in 1...8_192 {  // 64 MiB of echo requests, if the server read them all
                         try await peer.write(
-                            try frames.request(UInt64(number), profile: "echo", body: pattern(8_192), moreComing: false)
+                            try frames.request(UInt64(number), profile: "echo", body: Self.piece8K, moreComing: false)
                         )
                     }
                 }
-                // Wait until the server has stopped reading (nothing new for a second), or everything was read.
+                // Wait until the server has paused (60 s at most), then until it has read nothing new for a
+                // second.
+                for _ in 0..<600 where (server.first?.statistics.readPausesForUnreadReplies ?? 0) == 0 {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
                 var lastReceived = -1
                 var quietRounds = 0
                 for _ in 0..<600 where quietRounds < 10 {
@@ -173,7 +182,7 @@ struct HostilePeerTests {
 
     /// Compressed frames that inflate to far more than they carry: a whole body stops at the budget (the
     /// request is refused with 413 and drained), whatever the compression ratio.
-    @Test("a compressed request inflating to 64 MiB stays within the budget and is refused with 413")
+    @Test("a compressed request inflating to 16 MiB stays within a 4 MiB budget and is refused with 413")
     func compressionAmplification() async throws {
         var configuration = BLIPWebSocketServer.Configuration()
         configuration.connection.incomingBufferBudget = 4 << 20
@@ -187,7 +196,7 @@ struct HostilePeerTests {
                     BLIPOutgoingMessage(
                         .request,
                         properties: ["Profile": "echo"],
-                        body: .buffer(ByteBuffer(repeating: 0, count: 64 << 20)),
+                        body: .buffer(ByteBuffer(repeating: 0, count: 16 << 20)),
                         compressed: true
                     )
                 )
@@ -240,7 +249,7 @@ struct HostilePeerTests {
                 let writer = Task {
                     for number in 1...1_000 {
                         try await peer.write(
-                            try frames.request(UInt64(number), profile: "echo", body: pattern(16_000), moreComing: true)
+                            try frames.request(UInt64(number), profile: "echo", body: Self.piece16K, moreComing: true)
                         )
                     }
                 }
@@ -283,21 +292,17 @@ struct HostilePeerTests {
                             try frames.request(
                                 UInt64(number),
                                 profile: "slow",
-                                body: pattern(100_000),
+                                body: Self.piece100K,
                                 moreComing: false
                             )
                         )
                     }
                 }
-                // Until the server stops taking requests.
-                var last = -1
-                var quietRounds = 0
-                for _ in 0..<600 where quietRounds < 5 {
+                // Until the server stops taking requests (60 s at most).
+                for _ in 0..<600 where (server.first?.statistics.readPausesForBacklog ?? 0) == 0 {
                     try await Task.sleep(for: .milliseconds(100))
-                    let now = running.withLock { $0.now }
-                    quietRounds = now == last ? quietRounds + 1 : 0
-                    last = now
                 }
+                try await Task.sleep(for: .milliseconds(500))  // what was read with the last batch has started
                 let statistics = try #require(server.first).statistics
                 #expect(statistics.readPausesForBacklog >= 1)
                 #expect(running.withLock { $0.most } <= 40, "\(running.withLock { $0.most }) handlers ran at once")
