@@ -147,15 +147,23 @@ struct ResolutionRegressionTests {
                 body: FailingBody(chunks: chunks, chunkSize: chunkSize)
             )
         }
-        if chunks == 0 {
-            // Nothing was sent: the connection goes on.
-            let reply = try await client.sendRequest(BLIPRequest(profile: "echo", text: "after"))
-            #expect(String(buffer: reply.body) == "after")
-        }
         await client.close()
         await server.close()
         await clientRun.value
         await serverRun.value
+    }
+
+    /// Frames leave only when the test drains them, so the body fails before anything was sent.
+    @Test("a body that fails before any frame left: nothing is sent and the connection goes on")
+    func failingBodyBeforeSending() async throws {
+        let transport = ManualTransport()
+        let connection = BLIPConnection(transport: transport)
+        await #expect(throws: BodyFailure.self) {
+            _ = try await connection.sendRequest(BLIPRequest(profile: "x"), body: FailingBody(chunks: 0, chunkSize: 1))
+        }
+        #expect(transport.drain().isEmpty)
+        #expect(!connection.isClosed)
+        await connection.close()
     }
 
     /// BLIP cannot abort a message: a streamed body that fails after its first frame ends the connection,
