@@ -35,6 +35,9 @@ public struct BLIPCloseReason: Hashable, Sendable, CustomStringConvertible {
     public var code: BLIPCloseCode
     /// Sent in the close frame (a WebSocket close frame carries at most 123 bytes of it).
     public var message: String
+    /// The connection still has replies to write before the close frame (after a fatal error from the
+    /// peer; it bounds what they take): the transport pulls frames until it has none, writable or not.
+    package var finishesQueuedReplies = false
 
     public init(_ code: BLIPCloseCode, _ message: String = "") {
         self.code = code

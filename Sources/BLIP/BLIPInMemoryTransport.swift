@@ -176,11 +176,11 @@ final class InMemoryLink: Sendable {
         }
     }
 
-    /// Closes `side` on its queue, after sending what its connection still has (replies it finishes after
-    /// a fatal error), as a WebSocket would before its close frame.
+    /// Closes `side` on its queue, after sending the replies its connection finishes after a fatal error,
+    /// as a WebSocket would before its close frame.
     func close(from side: Int, _ reason: BLIPCloseReason) {
         self.queues[side].async {
-            self.pump(side)
+            if reason.finishesQueuedReplies { self.pump(side) }
             self.closeNow(from: side, reason)
         }
     }

@@ -173,7 +173,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// peer's earlier requests, when the close is for a fatal error). The connection is reported closed at
     /// once: nothing more is read.
     func close(_ reason: BLIPCloseReason) {
-        self.pump(turnLimit: .max, untilDone: true)  // nothing may be written after the close frame
+        if reason.finishesQueuedReplies {
+            self.pump(turnLimit: .max, untilDone: true)  // nothing may be written after the close frame
+        }
         let code = WebSocketErrorCode(codeNumber: Int(reason.code.rawValue))
         let error: (any Error)? =
             reason.code.isNormal

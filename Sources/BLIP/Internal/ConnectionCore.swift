@@ -386,6 +386,8 @@ final class ConnectionCore: Sendable {
             effects.wakeWriter = true
         }
         self.closeLocked(&state, error: error, effects: &effects, finishingReplies: byPeer)
-        effects.closeTransport = BLIPCloseReason(closeCode, String(error.message.prefix(120)))
+        var reason = BLIPCloseReason(closeCode, String(error.message.prefix(120)))
+        reason.finishesQueuedReplies = byPeer
+        effects.closeTransport = reason
     }
 }
