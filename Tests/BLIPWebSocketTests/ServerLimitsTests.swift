@@ -1,5 +1,6 @@
 import BLIP
 import NIOCore
+import NIOPosix
 import Testing
 
 @testable import BLIPWebSocket
@@ -8,6 +9,11 @@ import Testing
 /// it is configured for, seen from raw TCP clients over loopback.
 @Suite("Server limits over loopback", .timeLimit(.minutes(1)))
 struct ServerLimitsTests {
+    /// The server and its clients run on a loop of their own: on the shared loops, the other suites'
+    /// transfers delayed a loopback connect past NIO's 10 s timeout on a busy machine, and a handshake
+    /// timer fired late.
+    static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
     static let upgradeRequest =
         "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         + "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: BLIP_3+CBMobile_3\r\n"
@@ -21,8 +27,8 @@ struct ServerLimitsTests {
         #expect(BLIPWebSocketServer.Configuration().handshakeTimeout == .seconds(10))
         var configuration = BLIPWebSocketServer.Configuration()
         configuration.handshakeTimeout = .milliseconds(500)
-        try await withServer(configuration) { server in
-            let client = try await RawTCPClient.connect(port: server.port)
+        try await withServer(configuration, eventLoopGroup: Self.group) { server in
+            let client = try await RawTCPClient.connect(port: server.port, group: Self.group)
             // At most 200 bytes of a request head that never ends, one every 50 ms (10 s).
             let trickle = Task {
                 guard trickles else { return }
@@ -46,11 +52,15 @@ struct ServerLimitsTests {
         var configuration = BLIPWebSocketServer.Configuration()
         // Wide enough for the upgrade itself on a busy machine.
         configuration.handshakeTimeout = .seconds(2)
-        try await withServer(configuration) { server in
+        try await withServer(configuration, eventLoopGroup: Self.group) { server in
             var client = BLIPWebSocketClient.Configuration()
             client.heartbeatInterval = nil
             let connecting = ContinuousClock.now
-            try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/", configuration: client) {
+            try await BLIPWebSocketClient.connect(
+                to: "ws://127.0.0.1:\(server.port)/",
+                configuration: client,
+                eventLoopGroup: Self.group
+            ) {
                 connection in
                 _ = try await connection.sendRequest(BLIPRequest(profile: "echo"))
                 // Time must pass beyond the timeout for a timer left armed to fire.
@@ -64,9 +74,9 @@ struct ServerLimitsTests {
     @Test("a request head over the size limit gets 400 and the connection closes; one under it is served")
     func requestHeadLimit() async throws {
         #expect(BLIPWebSocketServer.Configuration().maximumRequestHeadSize == 16 * 1024)
-        try await withServer { server in
+        try await withServer(eventLoopGroup: Self.group) { server in
             for size in [1 << 20, 17 * 1024] {
-                let client = try await RawTCPClient.connect(port: server.port)
+                let client = try await RawTCPClient.connect(port: server.port, group: Self.group)
                 let request = Self.upgradeRequest + Self.key + "X-Big: \(String(repeating: "a", count: size))\r\n\r\n"
                 try? await client.send(Array(request.utf8))  // the server may close before taking all of it
                 let close = try #require(await client.serverClose(within: .seconds(20)), "\(size): still open")
@@ -74,7 +84,11 @@ struct ServerLimitsTests {
             }
             var client = BLIPWebSocketClient.Configuration()
             client.headers = [("Cookie", String(repeating: "c", count: 12 * 1024))]
-            try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/", configuration: client) {
+            try await BLIPWebSocketClient.connect(
+                to: "ws://127.0.0.1:\(server.port)/",
+                configuration: client,
+                eventLoopGroup: Self.group
+            ) {
                 connection in
                 _ = try await connection.sendRequest(BLIPRequest(profile: "echo"))
             }
@@ -83,14 +97,14 @@ struct ServerLimitsTests {
 
     @Test("an upgrade request without Sec-WebSocket-Key gets 400 (RFC 6455 4.2.1); plain HTTP still gets 426")
     func missingKey() async throws {
-        try await withServer { server in
-            let client = try await RawTCPClient.connect(port: server.port)
+        try await withServer(eventLoopGroup: Self.group) { server in
+            let client = try await RawTCPClient.connect(port: server.port, group: Self.group)
             try await client.send(Array((Self.upgradeRequest + "\r\n").utf8))
             let close = try #require(await client.serverClose(within: .seconds(20)))
             #expect(close.statusLine == "HTTP/1.1 400 Bad Request")
             #expect(String(decoding: close.bytes, as: UTF8.self).contains("Sec-WebSocket-Key"))
 
-            let plain = try await RawTCPClient.connect(port: server.port)
+            let plain = try await RawTCPClient.connect(port: server.port, group: Self.group)
             try await plain.send(Array("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
             let answer = try #require(await plain.serverClose(within: .seconds(20)))
             #expect(answer.statusLine == "HTTP/1.1 426 Upgrade Required")
@@ -102,10 +116,10 @@ struct ServerLimitsTests {
         var configuration = BLIPWebSocketServer.Configuration()
         configuration.maximumConnections = 3
         configuration.handshakeTimeout = .seconds(60)
-        try await withServer(configuration) { server in
+        try await withServer(configuration, eventLoopGroup: Self.group) { server in
             var idle: [RawTCPClient] = []
-            for _ in 0..<3 { idle.append(try await RawTCPClient.connect(port: server.port)) }
-            let extra = try await RawTCPClient.connect(port: server.port)
+            for _ in 0..<3 { idle.append(try await RawTCPClient.connect(port: server.port, group: Self.group)) }
+            let extra = try await RawTCPClient.connect(port: server.port, group: Self.group)
             let close = try #require(
                 await extra.serverClose(within: .seconds(20)),
                 "a fourth connection was still open after 20 s"
@@ -116,7 +130,10 @@ struct ServerLimitsTests {
             var served = false
             for _ in 0..<100 where !served {
                 served =
-                    (try? await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { connection in
+                    (try? await BLIPWebSocketClient.connect(
+                        to: "ws://127.0.0.1:\(server.port)/",
+                        eventLoopGroup: Self.group
+                    ) { connection in
                         _ = try await connection.sendRequest(BLIPRequest(profile: "echo"))
                     }) != nil
             }

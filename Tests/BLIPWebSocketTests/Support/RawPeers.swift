@@ -167,11 +167,16 @@ struct TestCertificate {
 func withServer<T: Sendable>(
     _ configuration: BLIPWebSocketServer.Configuration = BLIPWebSocketServer.Configuration(),
     router: BLIPRouter = standardRouter(),
+    eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
     _ body: @Sendable (BLIPWebSocketServer) async throws -> T
 ) async throws -> T {
     var configuration = configuration
     configuration.port = 0
-    let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+    let server = try await BLIPWebSocketServer.bind(
+        configuration: configuration,
+        router: router,
+        eventLoopGroup: eventLoopGroup
+    )
     async let serving: Void = server.run()
     do {
         let result = try await body(server)

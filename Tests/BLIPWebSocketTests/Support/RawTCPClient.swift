@@ -24,11 +24,17 @@ final class RawTCPClient: Sendable {
         self.closed = closed
     }
 
-    static func connect(port: Int) async throws -> RawTCPClient {
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
+    /// Connects to `port` on loopback. The timeout only catches a hang: NIO's default of 10 s has run out
+    /// on a busy machine while the other suites kept the event loops busy.
+    static func connect(
+        port: Int,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws -> RawTCPClient {
+        let loop = group.next()
         let closed = loop.makePromise(of: ServerClose.self)
         do {
             let channel = try await ClientBootstrap(group: loop)
+                .connectTimeout(.seconds(30))
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(Recorder(closed: closed))
