@@ -19,16 +19,35 @@ public struct BLIPConnection: Sendable, Hashable {
         self.core = core
     }
 
-    /// Starts a connection over `transport`. Its handlers run while ``run()`` does.
+    /// Starts a connection over `transport`. Its handlers run while ``run()`` does. `identity` is whatever
+    /// the application wants every handler of this connection to see (the user a server authenticated,
+    /// the database the connection is for); see ``identity``.
     public init(
         transport: some BLIPTransport,
         configuration: Configuration = Configuration(),
         router: BLIPRouter = BLIPRouter(),
-        logger: Logger = Logger(label: "blip")
+        logger: Logger = Logger(label: "blip"),
+        identity: (any Sendable)? = nil
     ) {
-        self.core = ConnectionCore(transport: transport, configuration: configuration, router: router, logger: logger)
+        self.core = ConnectionCore(
+            transport: transport,
+            configuration: configuration,
+            router: router,
+            logger: logger,
+            identity: identity
+        )
         self.core.start()
     }
+
+    /// The value the application attached when the connection was opened or accepted (for a server, what
+    /// its upgrade handler returned), or nil.
+    public var identity: (any Sendable)? { self.core.identity }
+
+    /// ``identity`` as a `T`, or nil when it is absent or of another type.
+    public func identity<T: Sendable>(as type: T.Type) -> T? { self.core.identity as? T }
+
+    /// The transport, for the transport's own module to add what it knows (the WebSocket handshake).
+    package var transport: any BLIPTransport { self.core.transport }
 
     /// The wire dialect in use.
     public var dialect: BLIPDialect { self.core.transport.dialect }

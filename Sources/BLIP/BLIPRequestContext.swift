@@ -11,3 +11,11 @@ public struct BLIPRequestContext: Sendable {
     /// False for no-reply requests: whatever the handler returns is not sent.
     public var expectsReply: Bool
 }
+
+extension BLIPRequestContext {
+    /// The connection's ``BLIPConnection/identity``: who the peer is, as the application decided.
+    public var identity: (any Sendable)? { self.connection.identity }
+
+    /// The connection's identity as a `T`, or nil.
+    public func identity<T: Sendable>(as type: T.Type) -> T? { self.connection.identity(as: type) }
+}

@@ -20,6 +20,8 @@ final class ConnectionCore: Sendable {
     let configuration: BLIPConnection.Configuration
     let router: BLIPRouter
     let logger: Logger
+    /// What the application attached to the connection when it was accepted (the authenticated user).
+    let identity: (any Sendable)?
     let metrics: ConnectionMetrics
     /// Whether frame-level trace logging is on (checked once: the hot path should not ask per frame).
     let tracesFrames: Bool
@@ -139,9 +141,11 @@ final class ConnectionCore: Sendable {
         transport: any BLIPTransport,
         configuration: BLIPConnection.Configuration,
         router: BLIPRouter,
-        logger: Logger
+        logger: Logger,
+        identity: (any Sendable)? = nil
     ) {
         self.transport = transport
+        self.identity = identity
         self.configuration = configuration
         self.router = router
         var logger = logger
