@@ -53,6 +53,10 @@ extension BLIPConnection {
         /// socket is full), the connection stops reading the peer's requests.
         public var maximumQueuedReplyBytes = 8 << 20
         public var unhandledRequests = UnhandledRequestPolicy.respondNotFound
+        /// How long every request waits for its reply unless its send call says otherwise; nil waits as long
+        /// as the connection is open. A timed-out request is cancelled and throws
+        /// ``BLIPConnectionError/Code/timedOut``.
+        public var requestTimeout: Duration?
         /// Whether a handler's error text is sent in its BLIP/501 reply (off: errors may carry internals).
         public var sendsHandlerErrorMessages = false
         /// Whether message bodies may appear in debug logs. Off by default: they may hold documents.

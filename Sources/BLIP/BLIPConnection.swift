@@ -62,73 +62,99 @@ public struct BLIPConnection: Sendable, Hashable {
     /// Whether the connection has closed.
     public var isClosed: Bool { self.core.isClosed }
 
-    /// Runs the connection's handlers until it closes. Returns once it has.
-    public func run() async {
+    /// How the connection ended; nil while it is open.
+    public var closeStatus: BLIPCloseStatus? { self.core.closeStatus }
+
+    /// Runs the connection's handlers until it closes, and says how it ended.
+    @discardableResult
+    public func run() async -> BLIPCloseStatus {
         await self.core.run()
     }
 
-    /// Closes the connection normally (WebSocket close 1000) and waits until it is closed; everything
-    /// still pending fails with ``BLIPConnectionError/Code/connectionClosed``.
-    public func close() async {
-        await self.core.close()
+    /// Closes the connection with `code` and `reason` and waits until it is closed; everything still
+    /// pending fails with ``BLIPConnectionError/Code/connectionClosed``, carrying the returned status.
+    /// Returns the earlier status if the connection had closed already.
+    ///
+    /// - Parameters:
+    ///   - code: 1000 (the default) when the work is done, 1001 when going away (shutting down), 1008 for
+    ///     a peer that broke the application's rules, or an application code in 4000-4999. Must be
+    ///     ``BLIPCloseCode/isSendable``.
+    ///   - reason: Sent in the close frame; cut to its first 123 bytes (whole characters).
+    @discardableResult
+    public func close(code: BLIPCloseCode = .normalClosure, reason: String = "") async -> BLIPCloseStatus {
+        precondition(code.isSendable, "close code \(code) cannot be sent (RFC 6455 7.4)")
+        return await self.core.close(BLIPCloseReason(code, Self.closeFrameReason(reason)))
+    }
+
+    /// The longest prefix of `reason` that fits a close frame (123 bytes) without splitting a character.
+    static func closeFrameReason(_ reason: String) -> String {
+        guard reason.utf8.count > 123 else { return reason }
+        var prefix = Substring(reason)
+        while prefix.utf8.count > 123 { prefix = prefix.dropLast() }
+        return String(prefix)
     }
 
     /// Sends a request and waits for its reply. Throws ``BLIPError`` for an ERR reply. Cancelling the task
     /// abandons the reply: a request not yet started is never sent, one already started is sent whole
     /// (BLIP cannot abort a message) and its reply is dropped.
-    public func sendRequest(_ request: BLIPRequest) async throws -> BLIPResponse {
-        try await self.core.sendRequest(request)
+    ///
+    /// - Parameter timeout: How long to wait for the reply (nil: ``Configuration/requestTimeout``). Past
+    ///   it the request is cancelled as above and this throws ``BLIPConnectionError/Code/timedOut``.
+    public func sendRequest(_ request: BLIPRequest, timeout: Duration? = nil) async throws -> BLIPResponse {
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendRequest(request)
+        }
+        return try await Self.withTimeout(timeout, of: request) { try await self.core.sendRequest(request) }
     }
 
     /// Sends a request whose body is produced as it goes (a 1 GiB body never has to sit in memory), and
     /// waits for the reply. The body is pulled only as fast as the connection sends it.
+    ///
+    /// - Parameter timeout: As for ``sendRequest(_:timeout:)``: a body still being sent then is finished
+    ///   (with what has been sent; see the streamed-body rules) and the reply dropped.
     public func sendRequest<Body: AsyncSequence & Sendable>(
         _ request: BLIPRequest,
-        body: Body
+        body: Body,
+        timeout: Duration? = nil
     ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
-        try await self.core.sendRequest(request, body: body)
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendRequest(request, body: body)
+        }
+        return try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendRequest(request, body: body)
+        }
     }
 
     /// Sends a request and returns its reply as soon as the reply's properties arrive, with its body as a
     /// stream; the peer is held back while the body is not read. Throws ``BLIPError`` for an ERR reply.
-    public func sendRequestStreamingReply(_ request: BLIPRequest) async throws -> BLIPStreamedResponse {
-        try await self.core.sendRequestStreamingReply(request)
+    ///
+    /// - Parameter timeout: How long to wait for the reply's properties; reading the body is not timed.
+    public func sendRequestStreamingReply(
+        _ request: BLIPRequest,
+        timeout: Duration? = nil
+    ) async throws -> BLIPStreamedResponse {
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendRequestStreamingReply(request)
+        }
+        return try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendRequestStreamingReply(request)
+        }
     }
 
     /// Sends a request that must not be answered; returns once its last frame has been handed to the
     /// transport.
-    public func sendNoReply(_ request: BLIPRequest) async throws {
-        try await self.core.sendNoReply(request)
+    ///
+    /// - Parameter timeout: How long sending may take; past it a request not yet started is dropped.
+    public func sendNoReply(_ request: BLIPRequest, timeout: Duration? = nil) async throws {
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendNoReply(request)
+        }
+        try await Self.withTimeout(timeout, of: request) { try await self.core.sendNoReply(request) }
     }
 
     /// Requests whose `Profile` no handler serves, when the configuration delivers them
     /// (``UnhandledRequestPolicy/deliver``). Each must be answered.
     public var incomingRequests: BLIPIncomingRequests {
         BLIPIncomingRequests(core: self.core)
-    }
-}
-
-/// Runs a BLIP connection over `transport` for the duration of `body`, then closes it normally. Handlers
-/// registered in `router` answer the peer's requests meanwhile.
-public func withBLIPConnection<Result: Sendable>(
-    over transport: some BLIPTransport,
-    configuration: BLIPConnection.Configuration = BLIPConnection.Configuration(),
-    router: BLIPRouter = BLIPRouter(),
-    logger: Logger = Logger(label: "blip"),
-    _ body: @Sendable (BLIPConnection) async throws -> Result
-) async throws -> Result {
-    let connection = BLIPConnection(transport: transport, configuration: configuration, router: router, logger: logger)
-    return try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { await connection.run() }
-        do {
-            let result = try await body(connection)
-            await connection.close()
-            try await group.waitForAll()
-            return result
-        } catch {
-            await connection.close()
-            try await group.waitForAll()
-            throw error
-        }
     }
 }

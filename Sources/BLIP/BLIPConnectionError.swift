@@ -13,6 +13,7 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
             case invalidMessage
             case shutDown
             case limitExceeded
+            case timedOut
         }
 
         private var base: Base
@@ -38,6 +39,8 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
         /// The peer exceeded a limit of the connection: too many messages in flight, or more buffered data
         /// than the connection's budget (closed with 1008).
         public static let limitExceeded = Code(base: .limitExceeded)
+        /// A request's timeout passed before its reply came; the request was then cancelled.
+        public static let timedOut = Code(base: .timedOut)
 
         public var description: String { String(describing: self.base) }
     }
@@ -46,11 +49,20 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
     public var message: String
     /// The error behind this one, if any.
     public var underlying: (any Error)?
+    /// How the connection ended, when this error is its end (what pending requests fail with once it has
+    /// closed): the close code, reason and who closed it.
+    public var closeStatus: BLIPCloseStatus?
 
-    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
+    public init(
+        _ code: Code,
+        _ message: String,
+        underlying: (any Error)? = nil,
+        closeStatus: BLIPCloseStatus? = nil
+    ) {
         self.code = code
         self.message = message
         self.underlying = underlying
+        self.closeStatus = closeStatus
     }
 
     public static func == (lhs: BLIPConnectionError, rhs: BLIPConnectionError) -> Bool { lhs.code == rhs.code }

@@ -77,7 +77,7 @@ final class InMemoryLink: Sendable {
         var deliveryScheduled = false
         var pumpScheduled = false
         /// Why the peer closed, reported once the inbox is drained.
-        var peerClosed: (any Error)??
+        var peerClosed: BLIPCloseStatus?
     }
 
     let dialect: BLIPDialect
@@ -159,7 +159,7 @@ final class InMemoryLink: Sendable {
             sink.received(frame)
             delivered = true
         }
-        let (closedByPeer, sink) = self.ends.withLockedValue { ends -> ((any Error)??, BLIPTransportSink?) in
+        let (closedByPeer, sink) = self.ends.withLockedValue { ends -> (BLIPCloseStatus?, BLIPTransportSink?) in
             guard ends[side].inbox.isEmpty, let reason = ends[side].peerClosed, !ends[side].closed else {
                 return (nil, nil)
             }
@@ -192,13 +192,11 @@ final class InMemoryLink: Sendable {
             ends[side].closed = true
             ends[side].inbox.removeAll()
             if ends[other].peerClosed == nil && !ends[other].closed {
-                ends[other].peerClosed = .some(
-                    BLIPConnectionError(closedByPeerWith: reason.code, reason: reason.message)
-                )
+                ends[other].peerClosed = BLIPCloseStatus(code: reason.code, reason: reason.message, initiator: .peer)
             }
             return ends[side].sink
         }
-        sink?.closed(nil)
+        sink?.closed(BLIPCloseStatus(code: reason.code, reason: reason.message, initiator: .local))
         self.scheduleDelivery(other)
     }
 
@@ -213,7 +211,14 @@ final class InMemoryLink: Sendable {
         }
         for (side, sink) in sinks.enumerated() {
             guard let sink else { continue }
-            self.queues[side].async { sink.closed(BLIPConnectionError(.transportFailed, "the link was cut")) }
+            let error = BLIPConnectionError(.transportFailed, "the link was cut")
+            let status = BLIPCloseStatus(
+                code: .abnormalClosure,
+                reason: error.message,
+                initiator: .transport,
+                underlying: error
+            )
+            self.queues[side].async { sink.closed(status) }
         }
     }
 }

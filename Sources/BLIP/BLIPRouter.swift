@@ -14,9 +14,28 @@ public struct BLIPRouter: Sendable {
         case streaming(StreamingHandler)
     }
 
+    /// How requests reach their handlers.
+    public enum HandlerOrder: Hashable, Sendable {
+        /// Each request's handler starts as the request arrives (in arrival order) and runs alongside the
+        /// others, up to ``BLIPConnection/Configuration/maximumConcurrentHandlers``: one slow handler holds
+        /// up no other. go-blip's model, and the default.
+        case concurrent
+        /// One handler at a time, in arrival order: the next starts once the previous has returned.
+        /// LiteCore's model, for protocols whose requests build on the ones before (a replicator's
+        /// `changes` then `rev`). Requests waiting their turn count against the connection's buffer
+        /// budget, so a peer faster than the handler is slowed down, not buffered without bound.
+        case serial
+    }
+
     var routes: [String: Route] = [:]
 
-    public init() {}
+    /// How requests reach their handlers: ``HandlerOrder/concurrent`` by default, since handlers of
+    /// independent requests should not wait for each other; ``HandlerOrder/serial`` where order matters.
+    public var handlerOrder = HandlerOrder.concurrent
+
+    public init(handlerOrder: HandlerOrder = .concurrent) {
+        self.handlerOrder = handlerOrder
+    }
 
     /// Registers `handler` for requests whose `Profile` is `profile`, replacing any earlier one.
     public mutating func register(profile: String, _ handler: @escaping Handler) {

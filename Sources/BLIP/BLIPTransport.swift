@@ -46,9 +46,25 @@ public final class BLIPTransportSink: Sendable {
         self.core.nextFrame(into: &buffer)
     }
 
-    /// The transport is closed; `error` is nil for a normal close.
+    /// The transport is closed, as `status` says: by whom, with which code and why.
+    public func closed(_ status: BLIPCloseStatus) {
+        self.core.transportClosed(status)
+    }
+
+    /// The transport is closed; `error` is nil for a normal close. For transports that know no more: a
+    /// ``BLIPConnectionError`` carrying a ``BLIPConnectionError/closeStatus`` reports that status; any
+    /// other error is a transport failure (1006); nil is a normal close by the peer, or the end of a close
+    /// this side asked for.
     public func closed(_ error: (any Error)?) {
-        self.core.transportClosed(error)
+        if let status = (error as? BLIPConnectionError)?.closeStatus {
+            self.closed(status)
+        } else if let error {
+            self.closed(
+                BLIPCloseStatus(code: .abnormalClosure, reason: "\(error)", initiator: .transport, underlying: error)
+            )
+        } else {
+            self.core.transportClosed(nil)
+        }
     }
 
     /// The network can take more (true) or is full (false): the peer is not reading what we write. While

@@ -141,7 +141,8 @@ final class RawClientSink: FrameSink {
         }
     }
 
-    func closed(_ error: (any Error)?) {
+    func closed(_ status: BLIPCloseStatus) {
+        let error = status.failure
         let waiter = self.state.withLockedValue {
             state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
             state.closed = true

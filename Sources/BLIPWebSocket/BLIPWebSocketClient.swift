@@ -53,13 +53,19 @@ public enum BLIPWebSocketClient {
     }
 
     /// Connects to `url`, runs `body` with the connection, then closes it normally.
+    ///
+    /// `body` runs on the caller's actor. If the connection ends first (the server closes it, the network
+    /// fails), `body` is cancelled and this throws the ``BLIPConnectionError`` carrying the
+    /// ``BLIPCloseStatus``, as ``withBLIPConnection(over:configuration:router:logger:identity:isolation:_:)``
+    /// does.
     public static func connect<Result: Sendable>(
         to url: String,
         configuration: Configuration = Configuration(),
         router: BLIPRouter = BLIPRouter(),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger = Logger(label: "blip.websocket.client"),
-        _ body: @Sendable (BLIPConnection) async throws -> Result
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (BLIPConnection) async throws -> Result
     ) async throws -> Result {
         let transport = try await self.openTransport(
             to: url,
@@ -73,6 +79,7 @@ public enum BLIPWebSocketClient {
                 configuration: configuration.connection,
                 router: router,
                 logger: logger,
+                isolation: isolation,
                 body
             )
             try? await transport.closeFuture.get()  // the close handshake is over, captures are written

@@ -57,8 +57,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var sentClose = false
     private var receivedClose = false
     private var reportedClosed = false
-    /// Why the connection ended, kept for a connection that starts afterwards.
-    private var closeError: (any Error)?
+    /// How the connection ended, kept for a connection that starts afterwards.
+    private var closeStatus: BLIPCloseStatus?
     private var isPumping = false
     private var pumpAgain = false
     private var isPumpScheduled = false
@@ -85,8 +85,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         let early = self.early
         self.early.removeAll()
         for (message, isText) in early { self.deliver(message, isText: isText) }
-        if self.reportedClosed {
-            sink.closed(self.closeError)
+        if self.reportedClosed, let closeStatus = self.closeStatus {
+            sink.closed(closeStatus)
             return
         }
         self.pump()
@@ -176,22 +176,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         if reason.finishesQueuedReplies {
             self.pump(turnLimit: .max, untilDone: true)  // nothing may be written after the close frame
         }
+        // The connection decided this close: it failed its requests with its own error already, if any.
         let code = WebSocketErrorCode(codeNumber: Int(reason.code.rawValue))
-        let error: (any Error)? =
-            reason.code.isNormal
-            ? nil : BLIPConnectionError(Self.errorCode(forLocalClose: reason.code), reason.message)
-        self.startClose(code, reason: reason.message, error: error)
-    }
-
-    /// What a connection that closes itself with `code` reports (the connection has usually failed its
-    /// requests with its own error already).
-    static func errorCode(forLocalClose code: BLIPCloseCode) -> BLIPConnectionError.Code {
-        switch code {
-        case .policyViolation: .limitExceeded
-        case .messageTooBig: .messageTooLarge
-        case .internalError: .transportFailed
-        default: .protocolViolation
-        }
+        self.startClose(code, reason: reason.message, error: nil)
     }
 
     // MARK: - Channel events
@@ -322,9 +309,13 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.capture?.flush()  // the connection's frames are all on disk once it has ended
         if !self.sentClose && !self.receivedClose {
             // TCP reset, EOF without a close frame, EOF mid-frame: the peer vanished (1006, never sent).
-            self.reportClosed(BLIPConnectionError(.transportFailed, "the connection was lost"))
+            let error = BLIPConnectionError(.transportFailed, "the connection was lost")
+            self.reportClosed(
+                BLIPCloseStatus(code: .abnormalClosure, reason: error.message, initiator: .transport, underlying: error)
+            )
         } else {
-            self.reportClosed(nil)
+            // Both close frames have crossed: the close was reported then, this never counts.
+            self.reportClosed(BLIPCloseStatus(code: .normalClosure, initiator: .local))
         }
         context.fireChannelInactive()
     }
@@ -341,7 +332,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             )
         default:
             self.settings.logger.debug("transport error", metadata: ["blip.error": "\(error)"])
-            self.reportClosed(BLIPConnectionError(.transportFailed, "\(error)", underlying: error))
+            let failure = BLIPConnectionError(.transportFailed, "\(error)", underlying: error)
+            self.reportClosed(
+                BLIPCloseStatus(code: .abnormalClosure, reason: "\(error)", initiator: .transport, underlying: failure)
+            )
             context.close(promise: nil)
         }
     }
@@ -369,7 +363,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             reason = String(buffer: data)
         }
         let number = UInt16(webSocketErrorCode: code)
-        self.reportClosed(BLIPConnectionError(closedByPeerWith: BLIPCloseCode(rawValue: number), reason: reason))
+        self.reportClosed(BLIPCloseStatus(code: BLIPCloseCode(rawValue: number), reason: reason, initiator: .peer))
         if !self.sentClose, let context {
             // Answer with the same code, then end the connection.
             self.sentClose = true
@@ -387,15 +381,23 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         _ code: WebSocketErrorCode,
         reason: String,
         error: (any Error)?,
+        initiator: BLIPCloseStatus.Initiator = .local,
         thenCloseConnection: Bool = false
     ) {
+        let status = BLIPCloseStatus(
+            code: initiator == .transport
+                ? .abnormalClosure : BLIPCloseCode(rawValue: UInt16(webSocketErrorCode: code)),
+            reason: reason,
+            initiator: initiator,
+            underlying: error
+        )
         guard !self.sentClose, let context else {
-            self.reportClosed(error)
+            self.reportClosed(status)
             return
         }
         self.sentClose = true
         // Report the reason before writing: a write error during the flush must not be reported first.
-        self.reportClosed(error)
+        self.reportClosed(status)
         var payload = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
         payload.write(webSocketErrorCode: code)
         payload.writeString(String(reason.utf8.prefix(123)) ?? "")  // control frames carry at most 125 bytes
@@ -450,11 +452,11 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         )
     }
 
-    private func reportClosed(_ error: (any Error)?) {
+    private func reportClosed(_ status: BLIPCloseStatus) {
         guard !self.reportedClosed else { return }
         self.reportedClosed = true
-        self.closeError = error
-        self.sink?.closed(error)
+        self.closeStatus = status
+        self.sink?.closed(status)
     }
 
     /// Close codes a peer may send (RFC 6455 7.4): 1000-1003, 1007-1011 and 3000-4999.
@@ -499,7 +501,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.startClose(
             .goingAway,
             reason: "no pong",
-            error: BLIPConnectionError(.heartbeatTimedOut, "no pong within \(self.settings.heartbeatTimeout)")
+            error: BLIPConnectionError(.heartbeatTimedOut, "no pong within \(self.settings.heartbeatTimeout)"),
+            initiator: .transport
         )
         context.close(promise: nil)
     }

@@ -8,7 +8,7 @@ protocol FrameSink: AnyObject, Sendable {
     func received(_ message: ByteBuffer, isText: Bool) -> Bool
     /// Appends the next message to send to `buffer`; returns its kind (text or binary), or nil if none.
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind?
-    func closed(_ error: (any Error)?)
+    func closed(_ status: BLIPCloseStatus)
     /// The channel can take more writes (true), or is full: the peer is not reading.
     func writabilityChanged(_ isWritable: Bool)
 }
@@ -40,11 +40,21 @@ final class BLIPFrameSink: FrameSink {
         self.sink.nextFrame(into: &buffer) ? .binary : nil
     }
 
-    func closed(_ error: (any Error)?) {
-        self.sink.closed(error)
+    func closed(_ status: BLIPCloseStatus) {
+        self.sink.closed(status)
     }
 
     func writabilityChanged(_ isWritable: Bool) {
         self.sink.writabilityChanged(isWritable)
+    }
+}
+
+extension BLIPCloseStatus {
+    /// What a raw endpoint's reader gets: nothing for a normal close, otherwise the error behind it.
+    var failure: (any Error)? {
+        guard !self.isNormal else { return nil }
+        if let underlying = self.underlying { return underlying }
+        return BLIPConnectionError(closedByPeerWith: self.code, reason: self.reason)
+            ?? BLIPConnectionError(.connectionClosed, "\(self)", closeStatus: self)
     }
 }

@@ -1,3 +1,4 @@
+internal import BLIP
 internal import DequeModule
 internal import NIOConcurrencyHelpers
 internal import NIOCore
@@ -70,7 +71,7 @@ final class RawEndpoint: FrameSink {
         }
     }
 
-    func closed(_ error: (any Error)?) {
+    func closed(_ status: BLIPCloseStatus) {
         self.state.withLockedValue { $0.closed = true }
     }
 }

@@ -81,7 +81,7 @@ struct ResolutionRegressionTests {
             _ = try await connection.sendRequest(BLIPRequest(profile: "echo", body: pattern(200_000)))
         }
         await serverConnection.close()
-        await serverRun.value
+        _ = await serverRun.value
         #expect(!logs.messages(atLeast: .trace).isEmpty)
     }
 
@@ -149,8 +149,8 @@ struct ResolutionRegressionTests {
         }
         await client.close()
         await server.close()
-        await clientRun.value
-        await serverRun.value
+        _ = await clientRun.value
+        _ = await serverRun.value
     }
 
     /// Frames leave only when the test drains them, so the body fails before anything was sent.
@@ -211,7 +211,7 @@ struct ResolutionRegressionTests {
             #expect(String(buffer: reply.body) == "still here")
         }
         await serverConnection.close()
-        await serverRun.value
+        _ = await serverRun.value
         #expect(logs.messages(atLeast: .error).contains { $0.contains("reply") })
     }
 

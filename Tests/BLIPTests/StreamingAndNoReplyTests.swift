@@ -204,8 +204,8 @@ struct CancellationAndCloseTests {
         await client.close()
         await server.close()
         serverRun.cancel()
-        await clientRun.value
-        await serverRun.value
+        _ = await clientRun.value
+        _ = await serverRun.value
         #expect(client.isClosed && server.isClosed)
     }
 }

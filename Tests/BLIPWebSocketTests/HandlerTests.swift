@@ -1,3 +1,4 @@
+import BLIP
 import Logging
 import NIOCore
 import NIOEmbedded
@@ -75,8 +76,8 @@ final class RecordingSink: FrameSink {
 
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? { nil }
 
-    func closed(_ error: (any Error)?) {
-        self.recorded.withLock { $0.append(error.map { "closed: \($0)" } ?? "closed normally") }
+    func closed(_ status: BLIPCloseStatus) {
+        self.recorded.withLock { $0.append(status.failure.map { "closed: \($0)" } ?? "closed normally") }
     }
 }
 

@@ -198,7 +198,7 @@ struct LoopbackTests {
 
         #expect(sizes.count >= 7 && sizes.allSatisfy { $0 <= 16_384 } && sizes.max() == 16_384, "\(sizes)")
         await #expect(throws: BLIPConnectionError.self) { try await upload.value }
-        await running.value
+        _ = await running.value
         await server.close()
     }
 
@@ -255,7 +255,7 @@ struct LoopbackTests {
             let error = await #expect(throws: BLIPConnectionError.self) { try await request.value }
             #expect(error?.code == .transportFailed, "\(String(describing: error))")
         }
-        await running.value
+        _ = await running.value
         await server.close()
     }
 
@@ -374,7 +374,7 @@ struct LoopbackTests {
         #expect(pings == 1)
         let error = await #expect(throws: BLIPConnectionError.self) { try await pending.value }
         #expect(error?.code == .heartbeatTimedOut)
-        await running.value
+        _ = await running.value
         await server.close()
     }
 }

@@ -8,7 +8,8 @@ extension ConnectionCore {
     /// Starts a handler for a request, or queues it (in arrival order) while every handler slot is busy.
     /// The connection keeps reading either way: a running handler may be waiting for the peer.
     func dispatch(_ work: Work, _ state: inout State, effects: inout Effects) {
-        if state.runningHandlers < self.configuration.maximumConcurrentHandlers && effects.work == nil
+        let slots = self.router.handlerOrder == .serial ? 1 : self.configuration.maximumConcurrentHandlers
+        if state.runningHandlers < slots && effects.work == nil
             && state.pendingWork.isEmpty
         {
             state.runningHandlers += 1

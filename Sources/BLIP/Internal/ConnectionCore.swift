@@ -104,7 +104,11 @@ final class ConnectionCore: Sendable {
         /// After a fatal error from the peer: bytes of replies still written before the close.
         var finishingReplies = 0
         var closeError: BLIPConnectionError?
-        var closeWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Set with `closeError`: how the connection ended.
+        var closeStatus: BLIPCloseStatus?
+        /// The close the application asked for, while the transport carries it out.
+        var requestedClose: BLIPCloseReason?
+        var closeWaiters: [CheckedContinuation<BLIPCloseStatus, Never>] = []
         var statistics = BLIPConnectionStatistics()
     }
 
@@ -209,30 +213,55 @@ final class ConnectionCore: Sendable {
 
     /// Runs handlers until the connection closes; handlers still running then are cancelled, since their
     /// replies can no longer be sent.
-    func run() async {
+    func run() async -> BLIPCloseStatus {
         await withDiscardingTaskGroup { group in
             for await item in self.work {
                 group.addTask { await self.runHandlers(startingWith: item) }
             }
             group.cancelAll()
         }
+        return await self.closed()
     }
 
-    /// Closes the connection normally and waits until it is closed.
-    func close() async {
-        let alreadyClosed = self.state.withLockedValue { $0.closeError != nil }
-        if !alreadyClosed { self.transport.close(.normal) }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let closed = self.state.withLockedValue { state -> Bool in
-                guard state.closeError == nil else { return true }
-                state.closeWaiters.append(continuation)
-                return false
+    /// Closes the connection with `reason` (unless it is closed already) and waits until it is closed.
+    func close(_ reason: BLIPCloseReason) async -> BLIPCloseStatus {
+        let isOpen = self.state.withLockedValue { state in
+            guard state.closeError == nil else { return false }
+            if state.requestedClose == nil { state.requestedClose = reason }
+            return true
+        }
+        if isOpen { self.transport.close(reason) }
+        return await self.closed()
+    }
+
+    /// Waits until the connection has closed.
+    func closed() async -> BLIPCloseStatus {
+        await withCheckedContinuation { (continuation: CheckedContinuation<BLIPCloseStatus, Never>) in
+            let status = self.state.withLockedValue { state -> BLIPCloseStatus? in
+                guard let status = state.closeStatus else {
+                    state.closeWaiters.append(continuation)
+                    return nil
+                }
+                return status
             }
-            if closed { continuation.resume() }
+            if let status { continuation.resume(returning: status) }
         }
     }
 
     var isClosed: Bool { self.state.withLockedValue { $0.closeError != nil } }
+
+    var closeStatus: BLIPCloseStatus? { self.state.withLockedValue { $0.closeStatus } }
+
+    var closeError: BLIPConnectionError? { self.state.withLockedValue { $0.closeError } }
+
+    /// Whether the connection ended with the close the application asked for (not the peer's, not a
+    /// failure).
+    var closedAsRequested: Bool {
+        self.state.withLockedValue { state in
+            guard let status = state.closeStatus, let requested = state.requestedClose else { return false }
+            return status.initiator == .local && status.underlying == nil && status.code == requested.code
+        }
+    }
 
     var stateDescription: String { self.state.withLockedValue { $0.engine.debugDescription } }
 
@@ -260,14 +289,16 @@ final class ConnectionCore: Sendable {
         }
     }
 
-    /// The transport is gone: everything pending fails at once.
-    func transportClosed(_ error: (any Error)?) {
+    /// The transport is gone: everything pending fails at once. A nil status is a normal close the
+    /// transport says no more about: the end of the close this side asked for, or else the peer's.
+    func transportClosed(_ status: BLIPCloseStatus?) {
         var effects = Effects()
         self.state.withLockedValue { state in
-            let reason =
-                error.map { self.connectionError(from: $0) }
-                ?? BLIPConnectionError(.connectionClosed, "the connection closed")
-            self.closeLocked(&state, error: reason, effects: &effects)
+            let status =
+                status
+                ?? state.requestedClose.map { BLIPCloseStatus(code: $0.code, reason: $0.message, initiator: .local) }
+                ?? BLIPCloseStatus(code: .normalClosure, initiator: .peer)
+            self.closeLocked(&state, status: status, error: self.connectionError(for: status), effects: &effects)
             state.finishingReplies = 0
             _ = state.engine.close()
         }
@@ -278,12 +309,19 @@ final class ConnectionCore: Sendable {
     /// `finishingReplies`, the engine is kept so that replies already queued can still be written.
     func closeLocked(
         _ state: inout State,
+        status: BLIPCloseStatus,
         error: BLIPConnectionError,
         effects: inout Effects,
         finishingReplies: Bool = false
     ) {
         guard state.closeError == nil else { return }
+        let error = {
+            var error = error
+            error.closeStatus = status
+            return error
+        }()
         state.closeError = error
+        state.closeStatus = status
         if !finishingReplies { _ = state.engine.close() }
         self.log(.debug, "connection closed", ["blip.reason": "\(error)"], effects: &effects)
         var failed = state.replyWaiters.count
@@ -296,7 +334,7 @@ final class ConnectionCore: Sendable {
         for waiter in state.demandWaiters.values { effects.later { waiter.resume(throwing: error) } }
         for id in state.streams.keys { self.failStream(&state, id, error, effects: &effects) }
         if let waiter = state.unhandledWaiter { effects.later { waiter.resume(returning: nil) } }
-        for waiter in state.closeWaiters { effects.later { waiter.resume() } }
+        for waiter in state.closeWaiters { effects.later { waiter.resume(returning: status) } }
         // Unanswered requests answer themselves when they go, and a request for a handler that will not
         // run holds a body stream: both call back into the connection, so they go after the lock.
         effects.released.append(Array(state.unhandled))
@@ -324,6 +362,21 @@ final class ConnectionCore: Sendable {
         switch waiter {
         case .whole(let continuation): effects.later { continuation.resume(throwing: error) }
         case .streamed(let continuation): effects.later { continuation.resume(throwing: error) }
+        }
+    }
+
+    /// What pending requests fail with when the connection ends with `status`.
+    func connectionError(for status: BLIPCloseStatus) -> BLIPConnectionError {
+        if let underlying = status.underlying { return self.connectionError(from: underlying) }
+        let reason = status.reason.isEmpty ? "" : ": \(status.reason)"
+        switch status.initiator {
+        case .peer:
+            return BLIPConnectionError(closedByPeerWith: status.code, reason: status.reason)
+                ?? BLIPConnectionError(.connectionClosed, "the peer closed the connection (\(status.code)\(reason))")
+        case .local:
+            return BLIPConnectionError(.connectionClosed, "the connection was closed (\(status.code)\(reason))")
+        case .transport:
+            return BLIPConnectionError(.transportFailed, "the connection was lost\(reason)")
         }
     }
 
@@ -389,8 +442,14 @@ final class ConnectionCore: Sendable {
             state.finishingReplies = 1 << 20
             effects.wakeWriter = true
         }
-        self.closeLocked(&state, error: error, effects: &effects, finishingReplies: byPeer)
         var reason = BLIPCloseReason(closeCode, String(error.message.prefix(120)))
+        self.closeLocked(
+            &state,
+            status: BLIPCloseStatus(code: closeCode, reason: reason.message, initiator: .local, underlying: error),
+            error: error,
+            effects: &effects,
+            finishingReplies: byPeer
+        )
         reason.finishesQueuedReplies = byPeer
         effects.closeTransport = reason
     }
