@@ -10,12 +10,13 @@ internal import NIOCore
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Serve the standard test profiles (echo, sink, error, stats) over WebSocket."
+        abstract: "Serve the standard test profiles (echo, sink, source, error, stats, whoami) over WebSocket."
     )
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
     @Option(help: "Port to listen on (0 picks a free one).") var port = 4985
-    @Option(help: "Serve only this URL path (default: any path).") var path: String?
+    @Option(help: "Serve only this URL path, or paths matching a pattern such as /{db}/_blipsync (default: any path).")
+    var path: String?
     @Option(help: "Subprotocols spoken, comma-separated, in preference order.")
     var protocols = "BLIP_3+CBMobile_3,BLIP_3+CBMobile_2,BLIP"
     @Option(help: "PEM certificate chain for wss://.") var tlsCert: String?
@@ -31,6 +32,14 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Refuse connections beyond this many open at once (default: no limit).") var maxConnections: Int?
     @Option(help: "Close connections not upgraded to WebSocket within this many seconds.")
     var handshakeTimeout = 10.0
+    @Option(
+        name: .customLong("require-basic"),
+        help: ArgumentHelp(
+            "Refuse upgrades (401) without these HTTP Basic credentials; the user name becomes the identity.",
+            valueName: "user:password"
+        )
+    )
+    var requireBasic: String?
     @Flag(help: "Make every connection a pure echo endpoint, no BLIP (for WebSocket conformance tests).")
     var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
@@ -46,6 +55,9 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if self.maxIncomingMessageSize <= 0 || self.incomingBufferBudget <= 0 {
             throw ValidationError("--max-incoming-message-size and --incoming-buffer-budget must be positive")
+        }
+        if let credentials = self.requireBasic, BasicAuthentication(credentials) == nil {
+            throw ValidationError("--require-basic is user:password, with a non-empty user name and no colon in it")
         }
         if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
         if !(self.handshakeTimeout > 0 && self.handshakeTimeout <= 86_400) {
@@ -80,7 +92,12 @@ struct ServeCommand: AsyncParsableCommand {
         let profiles = StandardProfiles()
         var router = BLIPRouter()
         router.register(profiles)
-        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router, logger: logger)
+        let server = try await BLIPWebSocketServer.bind(
+            configuration: configuration,
+            router: router,
+            logger: logger,
+            upgradeHandler: self.requireBasic.flatMap(BasicAuthentication.init)?.upgradeHandler
+        )
         let scheme = self.tlsCert == nil ? "ws" : "wss"
         // Scripts (and `blip bench --self`) read this line to learn the port.
         print("blip: listening on \(scheme)://\(self.host):\(server.port)\(self.path ?? "/")")
@@ -98,6 +115,7 @@ struct ServeCommand: AsyncParsableCommand {
                     "remote": "\(accepted.remoteAddress)",
                     "subprotocol": "\(accepted.subprotocol ?? "none")",
                     "path": "\(accepted.path)",
+                    "identity": "\(accepted.connection.identity.map { "\($0)" } ?? "none")",
                 ]
             )
             // Requests to unknown profiles: counted, then answered ERR BLIP/404.

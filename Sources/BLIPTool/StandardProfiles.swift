@@ -6,7 +6,8 @@ internal import NIOCore
 /// The standard test server profiles of performance.md: `echo`, `sink`, `error`, `stats`; no-reply
 /// requests get no reply and unknown profiles ERR BLIP/404 (the connection does both). `source` is an
 /// addition: it sends `Count` bytes back (`Data: random|text`, `Compress: yes`), for benchmarks of the
-/// server-to-client direction.
+/// server-to-client direction. `whoami` answers with the connection's identity (the user name under
+/// `serve --require-basic`), empty when it has none.
 final class StandardProfiles: BLIPService {
     struct Counters: Codable {
         var echo = 0
@@ -73,6 +74,9 @@ final class StandardProfiles: BLIPService {
                 code: BLIPError.Code(rawValue: Int32(request.properties["Want-Error-Code"] ?? "409") ?? 409),
                 message: request.properties["Want-Error-Message"] ?? "conflict"
             )
+        }
+        router.register(profile: "whoami") { _, context in
+            BLIPResponse(text: context.identity.map { "\($0)" } ?? "")
         }
         router.register(profile: "stats") { request, context in
             self.count(request, context) { _ in }

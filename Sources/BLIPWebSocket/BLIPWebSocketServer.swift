@@ -20,7 +20,9 @@ public final class BLIPWebSocketServer: Sendable {
         public var host = "127.0.0.1"
         /// 0 picks a free port.
         public var port = 4985
-        /// The request path served; nil serves any path.
+        /// The request path served, or a pattern such as `/{db}/_blipsync` where a `{name}` segment
+        /// matches any one non-empty segment and captures it, percent-decoded, into
+        /// ``BLIPUpgradeRequest/pathParameters``. Other paths get 404. nil serves any path.
         public var path: String?
         /// Subprotocols spoken. The server picks the first of the client's offers that it speaks (the
         /// client's preference wins, as in go-blip).
@@ -73,14 +75,33 @@ public final class BLIPWebSocketServer: Sendable {
         case echo
     }
 
-    /// The server's certificate chain and private key, as PEM files.
+    /// The server's certificate chain and private key, as PEM files, and whether it asks clients for
+    /// certificates of their own.
     public struct TLS: Sendable, Hashable {
         public var certificateChainPath: String
         public var privateKeyPath: String
+        /// Client certificates, verified against trust roots from a PEM file; what the client presented is
+        /// in ``BLIPUpgradeRequest/peerCertificateChain``.
+        public var clientCertificates = ClientCertificates.none
 
-        public init(certificateChainPath: String, privateKeyPath: String) {
+        public enum ClientCertificates: Sendable, Hashable {
+            /// None asked for.
+            case none
+            /// Asked for; a client without one is still served (its upgrade handler can decide), one with a
+            /// certificate these roots do not trust fails the TLS handshake.
+            case optional(trustRootsPath: String)
+            /// A client without a certificate these roots trust fails the TLS handshake.
+            case required(trustRootsPath: String)
+        }
+
+        public init(
+            certificateChainPath: String,
+            privateKeyPath: String,
+            clientCertificates: ClientCertificates = .none
+        ) {
             self.certificateChainPath = certificateChainPath
             self.privateKeyPath = privateKeyPath
+            self.clientCertificates = clientCertificates
         }
     }
 
@@ -89,7 +110,10 @@ public final class BLIPWebSocketServer: Sendable {
         public var connection: BLIPConnection
         public var remoteAddress: String
         public var subprotocol: String?
+        /// The request target (path and query).
         public var path: String
+        /// The request the connection was upgraded from (also ``BLIPConnection/upgradeRequest``).
+        public var upgradeRequest: BLIPUpgradeRequest
     }
 
     public let configuration: Configuration
@@ -117,21 +141,34 @@ public final class BLIPWebSocketServer: Sendable {
         (self.accepted, self.acceptedContinuation) = accepted
     }
 
-    /// Starts listening. Connections are served once ``run(onConnection:)`` runs.
+    /// Starts listening. Connections are served once ``run(onConnection:)`` runs. `upgradeHandler`, when
+    /// given, decides every upgrade that passes the server's own checks (path, subprotocol): it can refuse
+    /// it, or accept it with an identity for the connection and extra headers for the 101.
     public static func bind(
         configuration: Configuration = Configuration(),
         router: BLIPRouter = BLIPRouter(),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        logger: Logger = Logger(label: "blip.websocket.server")
+        logger: Logger = Logger(label: "blip.websocket.server"),
+        upgradeHandler: UpgradeHandler? = nil
     ) async throws -> BLIPWebSocketServer {
         let tlsContext = try configuration.tls.map { tls in
             let chain = try NIOSSLCertificate.fromPEMFile(tls.certificateChainPath).map {
                 NIOSSLCertificateSource.certificate($0)
             }
             let key = try NIOSSLPrivateKey(file: tls.privateKeyPath, format: .pem)
-            return try NIOSSLContext(
-                configuration: .makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
-            )
+            var server = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+            switch tls.clientCertificates {
+            case .none:
+                break
+            case .optional(let trustRootsPath):
+                server.certificateVerification = .optionalVerification
+                server.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(trustRootsPath))
+            case .required(let trustRootsPath):
+                // A server has no host name to check in a client's certificate.
+                server.certificateVerification = .noHostnameVerification
+                server.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(trustRootsPath))
+            }
+            return try NIOSSLContext(configuration: server)
         }
         let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
         let policy = UpgradePolicy(configuration: configuration)
@@ -163,6 +200,7 @@ public final class BLIPWebSocketServer: Sendable {
                     try Self.initialize(
                         channel,
                         policy: policy,
+                        upgradeHandler: upgradeHandler,
                         tlsContext: tlsContext,
                         settings: settings,
                         router: router,
@@ -238,6 +276,7 @@ public final class BLIPWebSocketServer: Sendable {
     private static func initialize(
         _ channel: any Channel,
         policy: UpgradePolicy,
+        upgradeHandler: UpgradeHandler?,
         tlsContext: NIOSSLContext?,
         settings: BLIPWebSocketHandler.Settings,
         router: BLIPRouter,
@@ -252,24 +291,20 @@ public final class BLIPWebSocketServer: Sendable {
             name: HandshakeTimeoutHandler.name
         )
         if let tlsContext { try sync.addHandler(NIOSSLServerHandler(context: tlsContext)) }
+        let negotiation = NIOLoopBound(
+            UpgradeNegotiation(policy: policy, handler: upgradeHandler, logger: settings.logger),
+            eventLoop: channel.eventLoop
+        )
         let upgrader = NIOWebSocketServerUpgrader(
             maxFrameSize: configuration.maximumMessageSize,
             automaticErrorHandling: false,
-            shouldUpgrade: { channel, head in
-                var headers = HTTPHeaders()
-                switch policy.decide(head) {
-                case .accept(let subprotocol?, _), .raw(let subprotocol?):
-                    headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol)
-                case .accept(nil, _), .raw(nil):
-                    break
-                case .refuse:
-                    return channel.eventLoop.makeSucceededFuture(nil)
-                }
-                return channel.eventLoop.makeSucceededFuture(headers)
-            },
+            shouldUpgrade: { channel, head in negotiation.value.shouldUpgrade(channel, head) },
             upgradePipelineHandler: { channel, head in
                 channel.eventLoop.makeCompletedFuture {
-                    if case .raw = policy.decide(head) {
+                    guard case .upgrade(let verdict, let request, let identity) = negotiation.value.outcome else {
+                        throw BLIPConnectionError(.handshakeFailed, "upgrade no longer acceptable")
+                    }
+                    if case .raw = verdict {
                         let handler = BLIPWebSocketHandler(settings: settings)
                         try channel.pipeline.syncOperations.addHandler(handler)
                         handler.start(RawEndpoint(mode: configuration.rawEndpointMode))
@@ -277,7 +312,7 @@ public final class BLIPWebSocketServer: Sendable {
                         channel.pipeline.syncOperations.removeHandler(name: HandshakeTimeoutHandler.name, promise: nil)
                         return
                     }
-                    guard case .accept(let subprotocol, let dialect) = policy.decide(head) else {
+                    guard case .accept(let subprotocol, let dialect) = verdict else {
                         throw BLIPConnectionError(.handshakeFailed, "upgrade no longer acceptable")
                     }
                     let capture = try configuration.captureDirectory.map {
@@ -289,7 +324,8 @@ public final class BLIPWebSocketServer: Sendable {
                         dialect: dialect,
                         subprotocol: subprotocol,
                         handler: handler,
-                        channel: channel
+                        channel: channel,
+                        upgradeRequest: request
                     )
                     rawChannels.add(channel, isRaw: false)
                     channel.pipeline.syncOperations.removeHandler(name: HandshakeTimeoutHandler.name, promise: nil)
@@ -299,14 +335,16 @@ public final class BLIPWebSocketServer: Sendable {
                         transport: transport,
                         configuration: configuration.connection,
                         router: router,
-                        logger: logger
+                        logger: logger,
+                        identity: identity
                     )
                     accepted.yield(
                         AcceptedConnection(
                             connection: connection,
                             remoteAddress: channel.remoteAddress.map { "\($0)" } ?? "?",
                             subprotocol: subprotocol,
-                            path: head.uri
+                            path: head.uri,
+                            upgradeRequest: request
                         )
                     )
                 }
@@ -327,7 +365,7 @@ public final class BLIPWebSocketServer: Sendable {
             withEncoderConfiguration: HTTPResponseEncoder.Configuration(),
             withDecoderLimitConfiguration: headLimits
         )
-        try sync.addHandler(RefusalHandler(policy: policy), name: "blip-refusal")
+        try sync.addHandler(RefusalHandler(policy: policy, negotiation: negotiation.value), name: "blip-refusal")
     }
 }
 
@@ -355,13 +393,13 @@ struct UpgradePolicy: Sendable {
         case refuse(HTTPResponseStatus, String)
     }
 
-    let path: String?
+    let path: PathPattern?
     let subprotocols: [String]
     let acceptsSeedDialect: Bool
     let rawEndpoint: BLIPWebSocketServer.RawEndpointPolicy
 
     init(configuration: BLIPWebSocketServer.Configuration) {
-        self.path = configuration.path
+        self.path = configuration.path.map(PathPattern.init)
         self.subprotocols = configuration.subprotocols
         self.acceptsSeedDialect = configuration.acceptsSeedDialect
         self.rawEndpoint = configuration.rawEndpoint
@@ -369,9 +407,8 @@ struct UpgradePolicy: Sendable {
 
     func decide(_ head: HTTPRequestHead) -> Decision {
         guard head.method == .GET else { return .refuse(.methodNotAllowed, "GET required") }
-        let requestPath = String(head.uri.prefix { $0 != "?" })
-        if let path, requestPath != path {
-            return .refuse(.notFound, "no BLIP endpoint at \(requestPath)")
+        guard self.pathParameters(head.uri) != nil else {
+            return .refuse(.notFound, "no BLIP endpoint at \(head.uri.prefix { $0 != "?" })")
         }
         let offered = BLIPSubprotocol.parseOffers(head.headers["Sec-WebSocket-Protocol"])
         switch self.rawEndpoint {
@@ -390,19 +427,27 @@ struct UpgradePolicy: Sendable {
         // go-blip's refusal: HTTP 500 naming what it speaks.
         return .refuse(.internalServerError, "I only speak \(self.subprotocols.joined(separator: ", ")) protocols")
     }
+
+    /// What the path pattern captures from a request target, or nil when it does not match.
+    func pathParameters(_ uri: String) -> [String: String]? {
+        guard let path = self.path else { return [:] }
+        return path.match(String(uri.prefix { $0 != "?" }))
+    }
 }
 
 /// Answers every request that was not upgraded: 400 for an upgrade request without its key, the policy's
-/// refusal, or 426 for plain HTTP.
+/// refusal, the upgrade handler's, or 426 for plain HTTP.
 final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
     private let policy: UpgradePolicy
+    private let negotiation: UpgradeNegotiation
     private var head: HTTPRequestHead?
 
-    init(policy: UpgradePolicy) {
+    init(policy: UpgradePolicy, negotiation: UpgradeNegotiation) {
         self.policy = policy
+        self.negotiation = negotiation
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -415,21 +460,27 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
             guard let head = self.head else { return }
             self.head = nil
             var status = HTTPResponseStatus.upgradeRequired
-            var text = "this is a BLIP WebSocket endpoint"
+            var text = "this is a BLIP WebSocket endpoint\n"
             var headers = HTTPHeaders()
             let isUpgrade = head.headers["Upgrade"].contains { $0.lowercased().contains("websocket") }
             if isUpgrade && head.headers["Sec-WebSocket-Key"].count != 1 {
                 // RFC 6455 4.2.1: a malformed handshake, not a request for another protocol.
                 status = .badRequest
-                text = "a WebSocket upgrade request needs one Sec-WebSocket-Key header"
+                text = "a WebSocket upgrade request needs one Sec-WebSocket-Key header\n"
+            } else if isUpgrade, case .refuse(let refusal)? = self.negotiation.outcome {
+                status = refusal.status
+                text = refusal.body
+                headers = refusal.headers
             } else if isUpgrade, case .refuse(let refusal, let message) = self.policy.decide(head) {
                 status = refusal
-                text = message
+                text = message + "\n"
             } else {
                 headers.add(name: "Sec-WebSocket-Version", value: "13")
             }
-            let body = context.channel.allocator.buffer(string: text + "\n")
-            headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+            let body = context.channel.allocator.buffer(string: text)
+            if !headers.contains(name: "Content-Type") {
+                headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+            }
             headers.add(name: "Content-Length", value: String(body.readableBytes))
             headers.add(name: "Connection", value: "close")
             context.write(

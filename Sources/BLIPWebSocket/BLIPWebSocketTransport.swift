@@ -14,12 +14,21 @@ public final class BLIPWebSocketTransport: BLIPTransport {
     /// Coalesces writer wake-ups into one pump per turn of the event loop.
     private let wakeScheduled = Atomic<Bool>(false)
 
+    /// On a server's connection, the request it was upgraded from; nil on a client's.
+    public let upgradeRequest: BLIPUpgradeRequest?
     /// Completes once the channel has closed.
     let closeFuture: EventLoopFuture<Void>
 
-    init(dialect: BLIPDialect, subprotocol: String?, handler: BLIPWebSocketHandler, channel: any Channel) {
+    init(
+        dialect: BLIPDialect,
+        subprotocol: String?,
+        handler: BLIPWebSocketHandler,
+        channel: any Channel,
+        upgradeRequest: BLIPUpgradeRequest? = nil
+    ) {
         self.dialect = dialect
         self.subprotocol = subprotocol
+        self.upgradeRequest = upgradeRequest
         self.eventLoop = channel.eventLoop
         self.closeFuture = channel.closeFuture
         self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)

@@ -3,6 +3,8 @@ import BLIP
 import BLIPWebSocket
 import Foundation
 import NIOCore
+import NIOPosix
+import Synchronization
 import Testing
 
 @testable import BLIPTool
@@ -51,6 +53,8 @@ struct ArgumentTests {
             ["serve", "--compression-level", "10"],
             ["serve", "--max-connections", "0"],
             ["serve", "--handshake-timeout", "0"],
+            ["serve", "--require-basic", "alice"],
+            ["serve", "--require-basic", ":password"],
             ["bench", "--self", "--compression-level", "-1"],
         ]
     )
@@ -62,8 +66,11 @@ struct ArgumentTests {
     func others() throws {
         let serve = try ServeCommand.parse([
             "--host", "::1", "--port", "0", "--path", "/db", "--protocols", "BLIP", "--dialect", "seed",
-            "--max-connections", "100", "--handshake-timeout", "2.5",
+            "--max-connections", "100", "--handshake-timeout", "2.5", "--require-basic", "alice:pass:word",
         ])
+        #expect(serve.requireBasic == "alice:pass:word")
+        let basic = try #require(serve.requireBasic.flatMap(BasicAuthentication.init))
+        #expect(basic.user == "alice" && basic.password == "pass:word")
         #expect(serve.port == 0 && serve.path == "/db" && serve.protocols == "BLIP" && serve.dialect?.isSeed == true)
         #expect(serve.maxConnections == 100 && serve.handshakeTimeout == 2.5)
         let bench = try BenchCommand.parse([
@@ -252,4 +259,110 @@ struct BenchWorkloadTests {
         await server.shutdown()
         await serving
     }
+}
+
+@Suite("blip serve --require-basic", .timeLimit(.minutes(1)))
+struct RequireBasicTests {
+    /// A loop of its own: the shared loops are busy in the full suite.
+    static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    /// Connects with `authorization` (if any) and returns what `whoami` answers, or the handshake's error.
+    static func whoami(port: Int, authorization: String?) async -> Result<String, BLIPConnectionError> {
+        var configuration = BLIPWebSocketClient.Configuration()
+        configuration.heartbeatInterval = nil
+        if let authorization { configuration.headers = [("Authorization", authorization)] }
+        do {
+            let identity = Mutex("")
+            try await BLIPWebSocketClient.connect(
+                to: "ws://127.0.0.1:\(port)/",
+                configuration: configuration,
+                eventLoopGroup: Self.group
+            ) {
+                connection in
+                let reply = try await connection.sendRequest(BLIPRequest(profile: "whoami"))
+                identity.withLock { $0 = String(buffer: reply.body) }
+            }
+            return .success(identity.withLock { $0 })
+        } catch let error as BLIPConnectionError {
+            return .failure(error)
+        } catch {
+            return .failure(BLIPConnectionError(.handshakeFailed, "\(error)"))
+        }
+    }
+
+    static func expectRefused(
+        _ result: Result<String, BLIPConnectionError>,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        guard case .failure(let error) = result else {
+            Issue.record("served: \(result)", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(
+            error.code == .handshakeFailed && "\(error)".contains("401"),
+            "\(error)",
+            sourceLocation: sourceLocation
+        )
+    }
+
+    // alice:s3cret, alice:wrong, bob:s3cret
+    static let right = "Basic YWxpY2U6czNjcmV0"
+    static let wrongPassword = "Basic YWxpY2U6d3Jvbmc="
+    static let wrongUser = "Basic Ym9iOnMzY3JldA=="
+
+    @Test("the handler: 401 with a Basic challenge without the right credentials; the user name as identity with them")
+    func handler() async throws {
+        let basic = try #require(BasicAuthentication("alice:s3cret"))
+        var router = BLIPRouter()
+        router.register(StandardProfiles())
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.port = 0
+        let server = try await BLIPWebSocketServer.bind(
+            configuration: configuration,
+            router: router,
+            eventLoopGroup: Self.group,
+            upgradeHandler: basic.upgradeHandler
+        )
+        async let serving: Void = server.run()
+        for authorization in [nil, Self.wrongPassword, Self.wrongUser, "Bearer x"] {
+            Self.expectRefused(await Self.whoami(port: server.port, authorization: authorization))
+        }
+        #expect(try await Self.whoami(port: server.port, authorization: Self.right).get() == "alice")
+        let decision = try await basic.upgradeHandler(BLIPUpgradeRequest(uri: "/"))
+        guard case .refuse(401, let headers, _) = decision else {
+            Issue.record("\(decision)")
+            return
+        }
+        #expect(headers.first("WWW-Authenticate") == "Basic realm=\"blip\"")
+        await server.shutdown()
+        await serving
+    }
+
+    @Test("end to end: blip serve --require-basic refuses a wrong password and serves the right one")
+    func endToEnd() async throws {
+        let executable = try #require(
+            ServerProcess.executable,
+            "build the blip product first (swift build --build-tests)"
+        )
+        // Started on a Dispatch thread: it waits for the child's first line, which would hold one of the two
+        // threads of Swift concurrency on a two-core machine.
+        let server = try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(
+                    with: Result {
+                        UncheckedServer(try ServerProcess(executable, arguments: ["--require-basic", "alice:s3cret"]))
+                    }
+                )
+            }
+        }.server
+        defer { _ = server.stop() }
+        Self.expectRefused(await Self.whoami(port: server.port, authorization: Self.wrongPassword))
+        #expect(try await Self.whoami(port: server.port, authorization: Self.right).get() == "alice")
+    }
+}
+
+/// A ServerProcess handed from the Dispatch thread that started it to the test.
+private struct UncheckedServer: @unchecked Sendable {
+    let server: ServerProcess
+    init(_ server: ServerProcess) { self.server = server }
 }

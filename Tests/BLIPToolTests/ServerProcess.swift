@@ -19,13 +19,14 @@ final class ServerProcess {
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
     }
 
-    /// Starts `blip serve --port 0` with at most `fileLimit` descriptors and reads its port.
-    init(_ executable: URL, fileLimit: Int) throws {
+    /// Starts `blip serve --port 0` with at most `fileLimit` descriptors and reads its port. `arguments`
+    /// are added to serve's.
+    init(_ executable: URL, fileLimit: Int = 1024, arguments: [String] = []) throws {
         self.log = FileManager.default.temporaryDirectory.appendingPathComponent("blip-serve-\(UUID().uuidString).log")
         _ = FileManager.default.createFile(atPath: self.log.path, contents: nil)
         self.process.executableURL = URL(fileURLWithPath: "/bin/sh")
         self.process.arguments =
-            ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable.path, "serve", "--port", "0"]
+            ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable.path, "serve", "--port", "0"] + arguments
         // Under `swift test --enable-code-coverage` the child would write its own profile beside the tests'.
         self.process.environment = ProcessInfo.processInfo.environment.merging(["LLVM_PROFILE_FILE": "/dev/null"]) {
             $1

@@ -1,5 +1,6 @@
 import NIOCore
 import NIOPosix
+import NIOSSL
 
 /// A TCP client that writes bytes exactly as given and records what the server answers until it closes,
 /// for the tests of what our server does before any WebSocket upgrade (slow, silent or oversized requests).
@@ -18,33 +19,49 @@ final class RawTCPClient: Sendable {
 
     let channel: any Channel
     private let closed: EventLoopFuture<ServerClose>
+    private let recorder: NIOLoopBound<Recorder>
 
-    private init(channel: any Channel, closed: EventLoopFuture<ServerClose>) {
+    private init(channel: any Channel, closed: EventLoopFuture<ServerClose>, recorder: NIOLoopBound<Recorder>) {
         self.channel = channel
         self.closed = closed
+        self.recorder = recorder
     }
 
-    /// Connects to `port` on loopback. The timeout only catches a hang: NIO's default of 10 s has run out
-    /// on a busy machine while the other suites kept the event loops busy.
+    /// Connects to `port` on loopback, over TLS with `tls`. The timeout only catches a hang: NIO's default
+    /// of 10 s has run out on a busy machine while the other suites kept the event loops busy.
     static func connect(
         port: Int,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        tls: NIOSSLContext? = nil
     ) async throws -> RawTCPClient {
         let loop = group.next()
         let closed = loop.makePromise(of: ServerClose.self)
+        let recorder = loop.makePromise(of: NIOLoopBound<Recorder>.self)
         do {
             let channel = try await ClientBootstrap(group: loop)
                 .connectTimeout(.seconds(30))
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(Recorder(closed: closed))
+                        if let tls {
+                            try channel.pipeline.syncOperations.addHandler(
+                                NIOSSLClientHandler(context: tls, serverHostname: "localhost")
+                            )
+                        }
+                        let handler = Recorder(closed: closed)
+                        try channel.pipeline.syncOperations.addHandler(handler)
+                        recorder.succeed(NIOLoopBound(handler, eventLoop: channel.eventLoop))
                     }
                 }
                 .connect(host: "127.0.0.1", port: port)
                 .get()
-            return RawTCPClient(channel: channel, closed: closed.futureResult)
+            return RawTCPClient(
+                channel: channel,
+                closed: closed.futureResult,
+                recorder: try await recorder.futureResult.get()
+            )
         } catch {
             closed.fail(error)
+            recorder.fail(error)
             throw error
         }
     }
@@ -67,6 +84,19 @@ final class RawTCPClient: Sendable {
         return try? await outcome.futureResult.get()
     }
 
+    /// Waits at most `limit` for the server to have sent `marker` (the end of a response head, say) and
+    /// returns what it sent up to and including it; nil if it did not in time or closed first.
+    func received(through marker: String, within limit: TimeAmount) async -> [UInt8]? {
+        let loop = self.channel.eventLoop
+        let found = loop.makePromise(of: [UInt8]?.self)
+        let recorder = self.recorder
+        loop.execute { recorder.value.wait(for: Array(marker.utf8), found) }
+        let timer = loop.scheduleTask(in: limit) { found.succeed(nil) }
+        self.closed.whenComplete { _ in loop.execute { found.succeed(nil) } }  // after any last read
+        defer { timer.cancel() }
+        return (try? await found.futureResult.get()) ?? nil
+    }
+
     func close() async {
         try? await self.channel.close()
     }
@@ -77,6 +107,7 @@ final class RawTCPClient: Sendable {
         let closed: EventLoopPromise<ServerClose>
         let start = ContinuousClock.now
         var bytes: [UInt8] = []
+        private var waiter: (marker: [UInt8], promise: EventLoopPromise<[UInt8]?>)?
 
         init(closed: EventLoopPromise<ServerClose>) {
             self.closed = closed
@@ -84,6 +115,18 @@ final class RawTCPClient: Sendable {
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             self.bytes += Self.unwrapInboundIn(data).readableBytesView
+            self.checkWaiter()
+        }
+
+        func wait(for marker: [UInt8], _ promise: EventLoopPromise<[UInt8]?>) {
+            self.waiter = (marker, promise)
+            self.checkWaiter()
+        }
+
+        private func checkWaiter() {
+            guard let waiter = self.waiter, let range = self.bytes.firstRange(of: waiter.marker) else { return }
+            self.waiter = nil
+            waiter.promise.succeed(Array(self.bytes[..<range.upperBound]))
         }
 
         func channelInactive(context: ChannelHandlerContext) {
