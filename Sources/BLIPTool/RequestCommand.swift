@@ -9,7 +9,11 @@ struct RequestCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "request",
         abstract: "Send one request and print the reply.",
-        discussion: "Exit status: 0 for a reply, 3 for an ERR reply, 1 for a connection or protocol failure."
+        discussion: """
+            Exit status: 0 for a reply, 3 for an ERR reply, 2 when the server refuses the WebSocket handshake \
+            (its status, WWW-Authenticate, Location and the start of its body go to standard error), 1 for \
+            another connection or protocol failure.
+            """
     )
 
     @Argument(help: "ws:// or wss:// URL.") var url: String
@@ -25,6 +29,9 @@ struct RequestCommand: AsyncParsableCommand {
     @Option(help: "'seed' speaks the 2013 seed dialect (no subprotocol).") var dialect: DialectOption?
     @Option(name: .customLong("header"), help: "Extra request header, as 'Name: value' (repeatable).")
     var headers: [String] = []
+    @Option(help: "Credentials as USER:PASS, sent as Authorization: Basic (user:pass@ in the URL works too).")
+    var user: String?
+    @Option(help: "Redirects of the handshake to follow (0: none).") var maxRedirects = 5
     @Option(help: "PEM file of certificates to trust for wss://.") var trustPem: String?
     @Option(help: "Accept only a server certificate with this SHA-256 (hex).") var pinSha256: String?
     @Option(help: "Write every frame under this folder.") var capture: String?
@@ -37,6 +44,16 @@ struct RequestCommand: AsyncParsableCommand {
         for property in self.properties where !property.contains("=") {
             throw ValidationError("--prop takes KEY=VALUE, not '\(property)'")
         }
+        for header in self.headers where !header.contains(":") || header.hasPrefix(":") {
+            throw ValidationError("--header takes 'Name: value', not '\(header)'")
+        }
+        if let user = self.user {
+            guard user.contains(":") else { throw ValidationError("--user takes USER:PASS") }
+            if self.headers.contains(where: { $0.lowercased().hasPrefix("authorization:") }) {
+                throw ValidationError("--user and an Authorization --header exclude each other")
+            }
+        }
+        if self.maxRedirects < 0 { throw ValidationError("--max-redirects takes 0 or more") }
         if let pin = self.pinSha256, Self.hexBytes(pin)?.count != 32 {
             throw ValidationError("--pin-sha256 takes 64 hex digits")
         }
@@ -44,17 +61,7 @@ struct RequestCommand: AsyncParsableCommand {
 
     func run() async throws {
         let request = try self.makeRequest()
-        var configuration = BLIPWebSocketClient.Configuration()
-        if !self.subprotocols.isEmpty { configuration.subprotocols = self.subprotocols }
-        configuration.usesSeedDialect = self.dialect?.isSeed ?? false
-        configuration.captureDirectory = self.capture
-        configuration.headers = self.headers.map { header in
-            let parts = header.split(separator: ":", maxSplits: 1)
-            return (String(parts[0]).trimmed, parts.count > 1 ? String(parts[1]).trimmed : "")
-        }
-        if let trust = self.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
-        configuration.tls.pinnedCertificateSHA256 = self.pinSha256.flatMap(Self.hexBytes)
-        configuration.heartbeatInterval = nil
+        let configuration = self.makeConfiguration()
         var logger = Logger(label: "blip.request")
         logger.logLevel = .warning
         let noReply = self.noReply
@@ -73,6 +80,13 @@ struct RequestCommand: AsyncParsableCommand {
                     return .error(error)
                 }
             }
+        } catch let refusal as BLIPHandshakeError {
+            if self.json {
+                Swift.print(Self.jsonLine(Self.jsonObject(refusal)))
+            } else {
+                FileHandle.standardError.write(Data(Self.report(refusal).utf8))
+            }
+            throw ExitCode(2)
         } catch {
             if self.json {
                 Swift.print(Self.jsonLine(["type": "failure", "error": "\(error)"]))
@@ -83,6 +97,61 @@ struct RequestCommand: AsyncParsableCommand {
         }
         self.print(outcome)
         if case .error = outcome { throw ExitCode(3) }
+    }
+
+    /// What a refused handshake said, for standard error: the status line, the headers that say what to do
+    /// next, and the start of the body.
+    static func report(_ refusal: BLIPHandshakeError) -> String {
+        var lines = ["blip: the server refused the WebSocket handshake (\(refusal.kind))"]
+        if let detail = refusal.detail { lines.append("blip: \(detail)") }
+        for url in refusal.redirects { lines.append("redirected from \(url)") }
+        lines.append("HTTP \(refusal.status) \(refusal.reason) from \(refusal.url)")
+        for field in refusal.headers
+        where ["www-authenticate", "location", "retry-after"].contains(field.name.lowercased()) {
+            lines.append("\(field.name): \(field.value)")
+        }
+        if !refusal.body.isEmpty {
+            lines.append("")
+            lines.append(
+                refusal.bodyText + (refusal.bodyIsTruncated ? "\n[body cut at \(refusal.body.count) bytes]" : "")
+            )
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    static func jsonObject(_ refusal: BLIPHandshakeError) -> [String: Any] {
+        var object: [String: Any] = [
+            "type": "handshake-refused",
+            "kind": "\(refusal.kind)",
+            "status": refusal.status,
+            "url": refusal.url,
+            "redirects": refusal.redirects,
+            "headers": refusal.headers.map { [$0.name, $0.value] },
+            "body": refusal.bodyText,
+            "body_truncated": refusal.bodyIsTruncated,
+            "transient": refusal.isTransient,
+        ]
+        if let detail = refusal.detail { object["detail"] = detail }
+        return object
+    }
+
+    func makeConfiguration() -> BLIPWebSocketClient.Configuration {
+        var configuration = BLIPWebSocketClient.Configuration()
+        if !self.subprotocols.isEmpty { configuration.subprotocols = self.subprotocols }
+        configuration.usesSeedDialect = self.dialect?.isSeed ?? false
+        configuration.captureDirectory = self.capture
+        configuration.headers = self.headers.map { header in
+            let parts = header.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+            return (String(parts[0]).trimmed, parts.count > 1 ? String(parts[1]).trimmed : "")
+        }
+        if let user = self.user {
+            configuration.headers.append(("Authorization", "Basic " + Data(user.utf8).base64EncodedString()))
+        }
+        configuration.maximumRedirects = self.maxRedirects
+        if let trust = self.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
+        configuration.tls.pinnedCertificateSHA256 = self.pinSha256.flatMap(Self.hexBytes)
+        configuration.heartbeatInterval = nil
+        return configuration
     }
 
     enum Outcome {

@@ -15,8 +15,12 @@ public enum BLIPWebSocketClient {
         public var subprotocols = BLIPSubprotocol.couchbaseMobileDefaults
         /// Speak the 2013 seed dialect: offer no subprotocol. The server must be configured for it too.
         public var usesSeedDialect = false
-        /// Extra request headers, such as `Authorization` or `Cookie`.
+        /// Extra request headers, such as `Authorization` or `Cookie`. An `Authorization` here wins over
+        /// credentials in the URL.
         public var headers: [(name: String, value: String)] = []
+        /// How many redirects (301, 302, 303, 307, 308) of the handshake are followed; 0 turns following
+        /// off, and a redirect then fails with a ``BLIPHandshakeError`` of kind `redirect`.
+        public var maximumRedirects = 5
         public var connectTimeout = TimeAmount.seconds(10)
         public var tls = TLS()
         /// WebSocket ping every this often; nil or zero turns the heartbeat off.
@@ -107,8 +111,9 @@ public enum BLIPWebSocketClient {
         )
     }
 
-    /// The WebSocket handshake. With `rawSink` (a raw endpoint, not BLIP) any subprotocol answered (or
-    /// none) is accepted, and the sink is attached as the upgrade completes, before any frame is read.
+    /// The WebSocket handshake, following redirects. With `rawSink` (a raw endpoint, not BLIP) any
+    /// subprotocol answered (or none) is accepted, and the sink is attached as the upgrade completes,
+    /// before any frame is read.
     static func handshake(
         to urlString: String,
         configuration: Configuration,
@@ -116,14 +121,60 @@ public enum BLIPWebSocketClient {
         eventLoopGroup: any EventLoopGroup,
         logger: Logger
     ) async throws -> BLIPWebSocketTransport {
-        guard let url = BLIPWebSocketURL(urlString) else {
+        guard var url = BLIPWebSocketURL(urlString) else {
             throw BLIPConnectionError(.handshakeFailed, "not a ws:// or wss:// URL: \(urlString)")
         }
+        var headers = BLIPHTTPFields(configuration.headers.map { ($0.name, $0.value) })
+        self.addCredentials(of: url, to: &headers, logger: logger)
+        var redirects = HandshakeRedirects(maximum: configuration.maximumRedirects)
+        while true {
+            do {
+                return try await self.attempt(
+                    url,
+                    headers: headers,
+                    configuration: configuration,
+                    rawSink: rawSink,
+                    eventLoopGroup: eventLoopGroup,
+                    logger: logger
+                )
+            } catch let error as BLIPHandshakeError {
+                let next = try redirects.follow(error, from: url)
+                if !next.hasSameOrigin(as: url) {
+                    // Credentials and session cookies belong to the origin they were meant for.
+                    headers.remove("Authorization")
+                    headers.remove("Cookie")
+                }
+                self.addCredentials(of: next, to: &headers, logger: logger)
+                logger.debug("redirected", metadata: ["blip.url": "\(url)", "blip.location": "\(next)"])
+                url = next
+            }
+        }
+    }
+
+    /// The URL's user and password as `Authorization: Basic`, unless the headers already authorize.
+    private static func addCredentials(of url: BLIPWebSocketURL, to headers: inout BLIPHTTPFields, logger: Logger) {
+        guard let basic = url.basicAuthorization else { return }
+        if headers.contains("Authorization") {
+            logger.warning("the URL's credentials are not sent: the configuration's Authorization header wins")
+            return
+        }
+        headers.add(name: "Authorization", value: basic)
+    }
+
+    /// One request: the upgrade, or a ``BLIPHandshakeError`` saying what the server answered instead.
+    private static func attempt(
+        _ url: BLIPWebSocketURL,
+        headers fields: BLIPHTTPFields,
+        configuration: Configuration,
+        rawSink: (any FrameSink)?,
+        eventLoopGroup: any EventLoopGroup,
+        logger: Logger
+    ) async throws -> BLIPWebSocketTransport {
         let tlsContext = url.isSecure ? try self.makeTLSContext(configuration.tls) : nil
         let offered = configuration.usesSeedDialect ? [] : configuration.subprotocols
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: url.hostHeader)
-        for header in configuration.headers { headers.add(name: header.name, value: header.value) }
+        for field in fields { headers.add(name: field.name, value: field.value) }
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: url.target, headers: headers)
         let settings = BLIPWebSocketHandler.Settings(
             role: .client,
@@ -169,7 +220,7 @@ public enum BLIPWebSocketClient {
                         )
                     )
                     try sync.addHandler(
-                        HandshakeHandler(head: head, offered: offered, result: result),
+                        HandshakeHandler(head: head, url: url, upgrader: upgrader, result: result),
                         name: "blip-handshake"
                     )
                 }
@@ -192,6 +243,9 @@ public enum BLIPWebSocketClient {
             )
             return transport
         } catch let error as BLIPConnectionError {
+            channel.close(promise: nil)
+            throw error
+        } catch let error as BLIPHandshakeError {
             channel.close(promise: nil)
             throw error
         } catch {
@@ -269,6 +323,14 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
         }
     }
 
+    /// Whether a 101 is a valid WebSocket upgrade, the subprotocol aside: `Upgrade: websocket` and the
+    /// right `Sec-WebSocket-Accept`.
+    func isWebSocketUpgrade(_ response: HTTPResponseHead) -> Bool {
+        let upgrade = response.headers[canonicalForm: "Upgrade"].map { $0.lowercased() }
+        return upgrade.contains(self.supportedProtocol.lowercased())
+            && self.inner.shouldAllowUpgrade(upgradeResponse: response)
+    }
+
     func shouldAllowUpgrade(upgradeResponse: HTTPResponseHead) -> Bool {
         guard self.inner.shouldAllowUpgrade(upgradeResponse: upgradeResponse) else { return false }
         // The seed dialect (and a raw endpoint) take whatever the server answers; BLIP needs a BLIP
@@ -309,85 +371,10 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
                     dialect: dialect,
                     subprotocol: subprotocol,
                     handler: handler,
-                    channel: channel
+                    channel: channel,
+                    handshakeResponse: BLIPHandshakeResponse(upgradeResponse, subprotocol: subprotocol)
                 )
             )
         }
-    }
-}
-
-/// Sends the upgrade request and, if the server does not switch protocols, reports why.
-final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPClientResponsePart
-    typealias OutboundOut = HTTPClientRequestPart
-
-    private let head: HTTPRequestHead
-    private let offered: [String]
-    private let result: EventLoopPromise<BLIPWebSocketTransport>
-    private var sent = false
-    private var response: HTTPResponseHead?
-    private var body = ByteBuffer()
-    private var denied = false
-
-    init(head: HTTPRequestHead, offered: [String], result: EventLoopPromise<BLIPWebSocketTransport>) {
-        self.head = head
-        self.offered = offered
-        self.result = result
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { self.send(context) }
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        self.send(context)
-        context.fireChannelActive()
-    }
-
-    private func send(_ context: ChannelHandlerContext) {
-        guard !self.sent else { return }
-        self.sent = true
-        context.write(Self.wrapOutboundOut(.head(self.head)), promise: nil)
-        context.writeAndFlush(Self.wrapOutboundOut(.end(nil)), promise: nil)
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch Self.unwrapInboundIn(data) {
-        case .head(let head):
-            self.response = head
-        case .body(var part):
-            if self.body.readableBytes < 4096 { self.body.writeBuffer(&part) }
-        case .end:
-            let status = self.response?.status ?? .badGateway
-            let text = String(String(buffer: self.body).prefix { $0 != "\n" && $0 != "\r" })
-            let error: BLIPConnectionError
-            if status == .switchingProtocols, let response = self.response,
-                BLIPClientUpgrader.chosenSubprotocol(response, offered: self.offered) == nil
-            {
-                let chosen = response.headers["Sec-WebSocket-Protocol"].joined(separator: ",")
-                error = BLIPConnectionError(
-                    .subprotocolRejected,
-                    chosen.isEmpty
-                        ? "the server accepted none of the subprotocols offered (\(self.offered.joined(separator: ", ")))"
-                        : "the server chose \(chosen), which was not offered"
-                )
-            } else {
-                error = BLIPConnectionError(
-                    .handshakeFailed,
-                    "HTTP \(status.code) \(status.reasonPhrase)\(text.isEmpty ? "" : ": \(text)")"
-                )
-            }
-            self.result.fail(error)
-            context.close(promise: nil)
-        }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is NIOHTTPClientUpgradeError {
-            self.denied = true  // the response head follows
-            return
-        }
-        self.result.fail(BLIPConnectionError(.transportFailed, "\(error)", underlying: error))
-        context.close(promise: nil)
     }
 }

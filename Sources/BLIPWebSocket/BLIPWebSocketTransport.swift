@@ -9,6 +9,8 @@ public final class BLIPWebSocketTransport: BLIPTransport {
     public let dialect: BLIPDialect
     /// The negotiated subprotocol, if any (none in the seed dialect).
     public let subprotocol: String?
+    /// The server's 101 response, on the client side (nil on the server's).
+    public let handshakeResponse: BLIPHandshakeResponse?
     let eventLoop: any EventLoop
     let handler: NIOLoopBound<BLIPWebSocketHandler>
     /// Coalesces writer wake-ups into one pump per turn of the event loop.
@@ -24,11 +26,13 @@ public final class BLIPWebSocketTransport: BLIPTransport {
         subprotocol: String?,
         handler: BLIPWebSocketHandler,
         channel: any Channel,
-        upgradeRequest: BLIPUpgradeRequest? = nil
+        upgradeRequest: BLIPUpgradeRequest? = nil,
+        handshakeResponse: BLIPHandshakeResponse? = nil
     ) {
         self.dialect = dialect
         self.subprotocol = subprotocol
         self.upgradeRequest = upgradeRequest
+        self.handshakeResponse = handshakeResponse
         self.eventLoop = channel.eventLoop
         self.closeFuture = channel.closeFuture
         self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)

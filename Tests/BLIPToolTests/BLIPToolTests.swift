@@ -200,6 +200,59 @@ struct RequestExitCodeTests {
         #expect(failed == ExitCode(1))
     }
 
+    @Test("exit status 2 when the server refuses the handshake; the report names status, challenge and body")
+    func refusedHandshake() async throws {
+        var router = BLIPRouter()
+        router.register(StandardProfiles())
+        var configuration = BLIPWebSocketServer.Configuration()
+        configuration.port = 0
+        configuration.path = "/db/_blipsync"
+        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        async let serving: Void = server.run()
+        for json in [false, true] {
+            let refused = await #expect(throws: ExitCode.self) {
+                try await RequestCommand.parse(
+                    ["ws://127.0.0.1:\(server.port)/other", "--profile", "echo"] + (json ? ["--json"] : [])
+                ).run()
+            }
+            #expect(refused == ExitCode(2))
+        }
+        try await RequestCommand.parse(["ws://127.0.0.1:\(server.port)/db/_blipsync", "--profile", "echo"]).run()
+        await server.shutdown()
+        await serving
+
+        let report = RequestCommand.report(
+            BLIPHandshakeError(
+                kind: .unauthorized,
+                url: "ws://h/db",
+                status: 401,
+                reason: "Unauthorized",
+                headers: ["WWW-Authenticate": "Basic realm=\"sg\"", "Content-Length": "5"],
+                body: Array("login".utf8)
+            )
+        )
+        #expect(report.contains("HTTP 401 Unauthorized from ws://h/db\nWWW-Authenticate: Basic realm=\"sg\"\n\nlogin"))
+        #expect(!report.contains("Content-Length"))
+    }
+
+    @Test("--user becomes Authorization: Basic; --header takes Name: value; both Authorization is an error")
+    func credentialsOptions() throws {
+        let configuration = try RequestCommand.parse(
+            ["ws://x", "--profile", "p", "--user", "alice:pa:ss", "--header", "Cookie: a=b", "--max-redirects", "0"]
+        ).makeConfiguration()
+        let headers = configuration.headers.map { "\($0.name)=\($0.value)" }
+        #expect(headers == ["Cookie=a=b", "Authorization=Basic " + Data("alice:pa:ss".utf8).base64EncodedString()])
+        #expect(configuration.maximumRedirects == 0)
+        for arguments in [
+            ["--user", "nopassword"],
+            ["--user", "a:b", "--header", "authorization: Bearer x"],
+            ["--header", "no colon"],
+            ["--max-redirects", "-1"],
+        ] {
+            #expect(throws: (any Error).self) { try RequestCommand.parse(["ws://x", "--profile", "p"] + arguments) }
+        }
+    }
+
     @Test("the stats profile counts what the server did")
     func stats() async throws {
         let profiles = StandardProfiles()

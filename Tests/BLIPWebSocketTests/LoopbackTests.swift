@@ -60,16 +60,16 @@ struct LoopbackTests {
 
             var configuration = BLIPWebSocketClient.Configuration()
             configuration.subprotocols = ["BLIP_3+Other"]
-            let error = await #expect(throws: BLIPConnectionError.self) {
+            let error = await #expect(throws: BLIPHandshakeError.self) {
                 try await BLIPWebSocketClient.connect(
                     to: "ws://127.0.0.1:\(server.port)/",
                     configuration: configuration
                 ) { _ in }
             }
-            #expect(error?.code == .handshakeFailed)
-            #expect(error?.message.contains("500") == true)
+            #expect(error?.kind == .subprotocolRefused && error?.status == 500)
+            #expect(error?.isTransient == false)
             #expect(
-                error?.message.contains("BLIP_3+CBMobile_2, BLIP_3+CBMobile_3") == true,
+                error?.bodyText.contains("BLIP_3+CBMobile_2, BLIP_3+CBMobile_3") == true,
                 "\(String(describing: error))"
             )
         }
@@ -83,10 +83,10 @@ struct LoopbackTests {
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/db/_blipsync?x=1") { connection in
                 _ = try await connection.sendRequest(BLIPRequest(profile: "echo"))
             }
-            let error = await #expect(throws: BLIPConnectionError.self) {
+            let error = await #expect(throws: BLIPHandshakeError.self) {
                 try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/other") { _ in }
             }
-            #expect(error?.message.contains("404") == true)
+            #expect(error?.kind == .notFound && error?.status == 404)
         }
         try await withServer { server in
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/any/path/at/all") { connection in
@@ -101,10 +101,10 @@ struct LoopbackTests {
     )
     func wrongSubprotocol(answer: String?) async throws {
         let server = try await RawWebSocketServer { _ in answer }
-        let error = await #expect(throws: BLIPConnectionError.self) {
+        let error = await #expect(throws: BLIPHandshakeError.self) {
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { _ in }
         }
-        #expect(error?.code == .subprotocolRejected, "\(String(describing: error))")
+        #expect(error?.kind == .subprotocolRefused && error?.status == 101, "\(String(describing: error))")
         await server.close()
     }
 
