@@ -131,10 +131,19 @@ struct BadInputCase: Sendable, CustomTestStringConvertible {
         )
         let peer = try await server.connection()
         let outcome = self.expect["outcome"]!.string!
-        let observed = try await withBLIPConnection(over: transport, configuration: configuration.connection) {
-            connection in
-            try await self.exchange(connection, peer: peer, outcome: outcome)
+        // Not scoped: the peer ends most of these connections, and what follows its end is observed here.
+        let connection = BLIPConnection(transport: transport, configuration: configuration.connection)
+        async let running = connection.run()
+        let observed: Observed
+        do {
+            observed = try await self.exchange(connection, peer: peer, outcome: outcome)
+        } catch {
+            await connection.close()
+            _ = await running
+            throw error
         }
+        await connection.close()
+        _ = await running
         await peer.drop()
         await server.close()
         self.check(observed)
@@ -532,7 +541,10 @@ struct StalledPeerTests {
         let peer = try await server.connection()
         try await peer.channel.setOption(ChannelOptions.autoRead, value: false).get()
         let produced = CountingBody.Counter()
-        try await withBLIPConnection(over: transport, configuration: configuration.connection) { connection in
+        // Not scoped: the test ends the connection from the peer's side and then looks on.
+        let connection = BLIPConnection(transport: transport, configuration: configuration.connection)
+        async let running = connection.run()
+        do {
             let upload = Task {
                 try await connection.sendRequest(BLIPRequest(profile: "sink"), body: CountingBody(produced: produced))
             }
@@ -551,6 +563,8 @@ struct StalledPeerTests {
             await peer.drop()
             _ = await upload.result
         }
+        await connection.close()
+        _ = await running
         await server.close()
     }
 }

@@ -198,15 +198,17 @@ struct UpgradeHandlerTests {
         }
     }
 
-    @Test("a refusal reaches a BLIP client as a failed handshake naming the status")
+    @Test("a refusal reaches a BLIP client as a typed handshake error with the challenge")
     func refusalSeenByClient() async throws {
         let handler: BLIPWebSocketServer.UpgradeHandler = { _ in .unauthorized(realm: "blip") }
         try await Self.serve(upgradeHandler: handler) { server in
-            let error = await #expect(throws: BLIPConnectionError.self) {
+            let error = await #expect(throws: BLIPHandshakeError.self) {
                 try await Self.connect(port: server.port) { _ in }
             }
-            #expect(error?.code == .handshakeFailed)
-            #expect("\(error.map { "\($0)" } ?? "")".contains("401"))
+            #expect(error?.kind == .unauthorized && error?.status == 401)
+            #expect(error?.challenges.first?.scheme.lowercased() == "basic")
+            #expect(error?.challenges.first?.realm == "blip")
+            #expect(error?.isTransient == false)
         }
     }
 
