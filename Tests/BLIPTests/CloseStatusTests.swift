@@ -7,7 +7,7 @@ import Testing
 @testable import BLIP
 
 /// How a connection ended, as both sides and every waiting caller see it: code, reason and who closed.
-@Suite("Close status", .timeLimit(.minutes(1)))
+@Suite("Close status", .timeLimit(.minutes(3)))
 struct CloseStatusTests {
     /// A router whose `hold` handler never answers until the connection goes, so that requests are pending.
     static func holdingRouter() -> BLIPRouter {

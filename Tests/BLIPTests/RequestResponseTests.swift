@@ -2,7 +2,7 @@ import BLIP
 import NIOCore
 import Testing
 
-@Suite("Requests and replies over the in-memory transport", .timeLimit(.minutes(1)))
+@Suite("Requests and replies over the in-memory transport", .timeLimit(.minutes(3)))
 struct RequestResponseTests {
     @Test("request and reply with properties and body, in every dialect", arguments: BLIPDialect.allCases)
     func echo(dialect: BLIPDialect) async throws {
@@ -60,7 +60,7 @@ struct RequestResponseTests {
     }
 }
 
-@Suite("Error replies", .timeLimit(.minutes(1)))
+@Suite("Error replies", .timeLimit(.minutes(3)))
 struct ErrorReplyTests {
     @Test(
         "a handler's BLIPError comes back with domain, code, message and extra properties",

@@ -5,7 +5,7 @@ import Testing
 @testable import BLIP
 
 /// Per-request timeouts: a typed error, then the cancellation rules; never two outcomes.
-@Suite("Request timeouts", .timeLimit(.minutes(1)))
+@Suite("Request timeouts", .timeLimit(.minutes(3)))
 struct RequestTimeoutTests {
     /// Lets the `slow` handler answer.
     final class Release: Sendable {

@@ -4,7 +4,7 @@ import Synchronization
 import Testing
 
 /// `withBLIPConnection`: the body runs on the caller's actor, and the session ends with the connection.
-@Suite("Scoped sessions", .timeLimit(.minutes(1)))
+@Suite("Scoped sessions", .timeLimit(.minutes(3)))
 struct ScopedSessionTests {
     /// A client that waits for requests the server pushes, the way a replicator waits for `changes`.
     actor PushedRequestsClient {

@@ -132,7 +132,7 @@ struct StreamingAndNoReplyTests {
     }
 }
 
-@Suite("Cancellation and closing", .timeLimit(.minutes(1)))
+@Suite("Cancellation and closing", .timeLimit(.minutes(3)))
 struct CancellationAndCloseTests {
     @Test("cancelling a waiting request throws CancellationError and leaves the connection consistent")
     func cancelWaiting() async throws {

@@ -171,7 +171,7 @@ struct DecodeTests {
     }
 }
 
-@Suite("blip request and serve", .timeLimit(.minutes(1)))
+@Suite("blip request and serve", .timeLimit(.minutes(3)))
 struct RequestExitCodeTests {
     @Test("exit status 0 for a reply, 3 for an ERR reply, 1 when the connection fails")
     func exitCodes() async throws {
@@ -314,7 +314,7 @@ struct BenchWorkloadTests {
     }
 }
 
-@Suite("blip serve --require-basic", .timeLimit(.minutes(1)))
+@Suite("blip serve --require-basic", .timeLimit(.minutes(3)))
 struct RequireBasicTests {
     /// A loop of its own: the shared loops are busy in the full suite.
     static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)

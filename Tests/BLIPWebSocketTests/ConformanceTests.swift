@@ -8,7 +8,7 @@ import Testing
 /// RFC 6455 rules that NIO's frame decoder leaves to our handler, over loopback against the pure echo
 /// endpoint of `blip serve --echo-only` (server role) and against a plain NIO server (client role). The
 /// Autobahn|Testsuite run of `.ci/autobahn.sh` covers the same ground more widely; these keep each fix.
-@Suite("WebSocket conformance over loopback", .timeLimit(.minutes(1)))
+@Suite("WebSocket conformance over loopback", .timeLimit(.minutes(3)))
 struct ConformanceTests {
     static func echoServerConfiguration() -> BLIPWebSocketServer.Configuration {
         var configuration = BLIPWebSocketServer.Configuration()

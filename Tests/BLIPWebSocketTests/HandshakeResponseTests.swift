@@ -7,7 +7,7 @@ import Testing
 
 /// What the client makes of the server's answer to its upgrade request: typed refusals, the 101's headers,
 /// credentials from the URL.
-@Suite("WebSocket handshake responses and refusals", .timeLimit(.minutes(1)))
+@Suite("WebSocket handshake responses and refusals", .timeLimit(.minutes(3)))
 struct HandshakeResponseTests {
     /// The servers' own loop: the shared ones are busy in the full suite.
     static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)

@@ -254,8 +254,10 @@ struct LoopbackTests {
         for request in pending {
             let error = await #expect(throws: BLIPConnectionError.self) { try await request.value }
             #expect(error?.code == .transportFailed, "\(String(describing: error))")
+            #expect(error?.closeStatus?.initiator == .transport && error?.closeStatus?.code == .abnormalClosure)
         }
-        _ = await running.value
+        let status = await running.value
+        #expect(status.initiator == .transport && !status.isNormal && status.isTransient)
         await server.close()
     }
 

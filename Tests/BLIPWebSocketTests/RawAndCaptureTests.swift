@@ -5,7 +5,7 @@ import Foundation
 import NIOCore
 import Testing
 
-@Suite("Raw endpoint and frame capture", .timeLimit(.minutes(1)))
+@Suite("Raw endpoint and frame capture", .timeLimit(.minutes(3)))
 struct RawAndCaptureTests {
     @Test("the raw endpoint echoes binary and text, counts sink:N, produces source:N")
     func rawEndpoint() async throws {

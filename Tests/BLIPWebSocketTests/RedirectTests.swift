@@ -6,7 +6,7 @@ import NIOPosix
 import NIOSSL
 import Testing
 
-@Suite("WebSocket handshake redirects", .timeLimit(.minutes(1)))
+@Suite("WebSocket handshake redirects", .timeLimit(.minutes(3)))
 struct RedirectTests {
     /// The servers' own loop: the shared ones are busy in the full suite.
     static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)

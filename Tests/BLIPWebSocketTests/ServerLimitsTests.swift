@@ -7,7 +7,7 @@ import Testing
 
 /// What the server does with clients that never finish (or botch) their upgrade, and with more clients than
 /// it is configured for, seen from raw TCP clients over loopback.
-@Suite("Server limits over loopback", .timeLimit(.minutes(1)))
+@Suite("Server limits over loopback", .timeLimit(.minutes(3)))
 struct ServerLimitsTests {
     /// The server and its clients run on a loop of their own: on the shared loops, the other suites'
     /// transfers delayed a loopback connect past NIO's 10 s timeout on a busy machine, and a handshake

@@ -10,7 +10,7 @@ import Testing
 
 /// The server's upgrade handler: what it sees of the request, and what its accepts and refusals put on the
 /// wire, seen from BLIP clients and raw TCP clients over loopback.
-@Suite("Upgrade handler over loopback", .timeLimit(.minutes(1)))
+@Suite("Upgrade handler over loopback", .timeLimit(.minutes(3)))
 struct UpgradeHandlerTests {
     /// A loop of its own, as in ServerLimitsTests: the shared loops are busy in the full suite.
     static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -411,7 +411,7 @@ func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async t
 @Suite(
     "Client certificates over loopback",
     .enabled(if: TestCertificate.isAvailable, "needs the openssl command"),
-    .timeLimit(.minutes(1))
+    .timeLimit(.minutes(3))
 )
 struct ClientCertificateTests {
     /// Accepts a client whose certificate is `expected` (DER), 403 for one without a certificate.
