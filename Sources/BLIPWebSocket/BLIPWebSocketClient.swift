@@ -227,7 +227,13 @@ public enum BLIPWebSocketClient {
             }
         let channel: any Channel
         do {
-            channel = try await bootstrap.connect(host: url.host, port: url.port).get()
+            // An address literal needs no resolver: NIO's runs getaddrinfo on a Dispatch queue, one more hop
+            // that a busy process can make wait past the connect timeout.
+            if let address = try? SocketAddress(ipAddress: url.host, port: url.port) {
+                channel = try await bootstrap.connect(to: address).get()
+            } else {
+                channel = try await bootstrap.connect(host: url.host, port: url.port).get()
+            }
         } catch {
             result.fail(error)
             throw BLIPConnectionError(.transportFailed, "could not connect to \(url): \(error)", underlying: error)

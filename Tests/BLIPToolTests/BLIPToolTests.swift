@@ -177,7 +177,7 @@ struct RequestExitCodeTests {
     func exitCodes() async throws {
         var router = BLIPRouter()
         router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
         let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
         async let serving: Void = server.run()
@@ -204,7 +204,7 @@ struct RequestExitCodeTests {
     func refusedHandshake() async throws {
         var router = BLIPRouter()
         router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
         configuration.path = "/db/_blipsync"
         let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
@@ -258,7 +258,7 @@ struct RequestExitCodeTests {
         let profiles = StandardProfiles()
         var router = BLIPRouter()
         router.register(profiles)
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
         let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
         async let serving: Void = server.run()
@@ -286,7 +286,7 @@ struct BenchWorkloadTests {
     func workloads() async throws {
         var router = BLIPRouter()
         router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
         configuration.connection.maximumIncomingMessageSize = 1 << 30
         let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
@@ -368,7 +368,7 @@ struct RequireBasicTests {
         let basic = try #require(BasicAuthentication("alice:s3cret"))
         var router = BLIPRouter()
         router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
         let server = try await BLIPWebSocketServer.bind(
             configuration: configuration,

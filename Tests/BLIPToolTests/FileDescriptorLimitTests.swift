@@ -28,8 +28,9 @@ struct FileDescriptorLimitTests {
         // backlog of 128), the server takes what it can, then accept fails with EMFILE. All are awaited at
         // once: while other suites keep the cooperative pool busy, each await can take a third of a second.
         let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let address = try SocketAddress(ipAddress: "127.0.0.1", port: server.port)
         let connecting = (0..<(Self.fileLimit + 64)).map { _ in
-            ClientBootstrap(group: loop).connect(host: "127.0.0.1", port: server.port)
+            ClientBootstrap(group: loop).connect(to: address)
         }
         let idle = try await EventLoopFuture.whenAllSucceed(connecting, on: loop).get()
         // Another process's descriptors give no event to wait for: look every 20 ms, for at most 30 s.

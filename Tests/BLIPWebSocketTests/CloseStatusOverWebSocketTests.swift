@@ -79,7 +79,7 @@ struct CloseStatusOverWebSocketTests {
     @Test("the server closes a connection from outside with 1001; the client reads the code")
     func closeFromOutside() async throws {
         let accepted = Mutex<BLIPConnection?>(nil)
-        var serverConfiguration = BLIPWebSocketServer.Configuration()
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.port = 0
         let server = try await BLIPWebSocketServer.bind(
             configuration: serverConfiguration,

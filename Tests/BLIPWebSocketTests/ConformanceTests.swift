@@ -11,7 +11,7 @@ import Testing
 @Suite("WebSocket conformance over loopback", .timeLimit(.minutes(3)))
 struct ConformanceTests {
     static func echoServerConfiguration() -> BLIPWebSocketServer.Configuration {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.rawEndpoint = .always
         configuration.rawEndpointMode = .echo
         configuration.maximumMessageSize = 1 << 20

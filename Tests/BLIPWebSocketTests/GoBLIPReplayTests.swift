@@ -68,7 +68,7 @@ struct GoBLIPReplayTests {
 
     @Test("each scenario's replies match go-blip's", arguments: Scenario.all)
     func replay(_ scenario: Scenario) async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.subprotocols = [scenario.subprotocol]
         try await withServer(configuration, router: Self.goBLIPRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: [scenario.subprotocol])

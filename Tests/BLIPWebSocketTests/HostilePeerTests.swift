@@ -32,7 +32,7 @@ struct HostilePeerTests {
     /// handlers waited for body bytes that only reading could bring.
     @Test("more streaming requests than handler slots, each waiting for its body, all finish")
     func streamingHandlersBeyondTheLimit() async throws {
-        try await withWatchedServer(BLIPWebSocketServer.Configuration(), router: Self.sinkRouter()) { server in
+        try await withWatchedServer(BLIPWebSocketServer.Configuration.forTests, router: Self.sinkRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
                 let peer = ForgingPeer(inbound: inbound, outbound: outbound)
@@ -70,7 +70,7 @@ struct HostilePeerTests {
         arguments: [false, true]
     )
     func oversizedMessage(repliesEarly: Bool) async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.connection.maximumIncomingMessageSize = 1 << 20
         configuration.connection.maximumDrainedBytes = 4 << 20
         configuration.connection.repliesEarlyToOversizedRequests = repliesEarly
@@ -118,7 +118,7 @@ struct HostilePeerTests {
     /// replies pile up, instead of holding every reply.
     @Test("a peer that never reads its replies is not read either")
     func unreadReplies() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.connection.maximumQueuedReplyBytes = 1 << 20
         // Handlers that lag on a busy machine would pause reading for their own reason: not what is tested.
         configuration.connection.maximumConcurrentHandlers = 100_000
@@ -161,7 +161,7 @@ struct HostilePeerTests {
     func queuedRepliesBeforeTheClose() async throws {
         var router = BLIPRouter()
         router.register(profile: "big") { _, _ in BLIPResponse(body: pattern(300_000)) }
-        try await withWatchedServer(BLIPWebSocketServer.Configuration(), router: router) { server in
+        try await withWatchedServer(BLIPWebSocketServer.Configuration.forTests, router: router) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
                 let peer = ForgingPeer(inbound: inbound, outbound: outbound)
@@ -184,7 +184,7 @@ struct HostilePeerTests {
     /// request is refused with 413 and drained), whatever the compression ratio.
     @Test("a compressed request inflating to 16 MiB stays within a 4 MiB budget and is refused with 413")
     func compressionAmplification() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.connection.incomingBufferBudget = 4 << 20
         configuration.connection.incomingBufferHardLimit = 8 << 20
         configuration.connection.maximumDrainedBytes = 64 << 20
@@ -216,7 +216,7 @@ struct HostilePeerTests {
 
     @Test("more messages in flight than allowed: 1008")
     func tooManyInFlight() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.connection.maximumIncomingMessagesInFlight = 16
         try await withWatchedServer(configuration, router: Self.sinkRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
@@ -238,7 +238,7 @@ struct HostilePeerTests {
     /// and what the server held never went past it.
     @Test("a peer that opens messages and never finishes them is cut off at the hard limit")
     func unfinishedMessages() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.connection.incomingBufferBudget = 1 << 20
         configuration.connection.incomingBufferHardLimit = 2 << 20
         try await withWatchedServer(configuration, router: standardRouter()) { server in
@@ -278,7 +278,7 @@ struct HostilePeerTests {
             running.withLock { $0.now -= 1 }
             return BLIPResponse(text: "\(request.body.readableBytes)")
         }
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.connection.incomingBufferBudget = 2 << 20
         configuration.connection.incomingBufferHardLimit = 8 << 20
         try await withWatchedServer(configuration, router: router) { server in

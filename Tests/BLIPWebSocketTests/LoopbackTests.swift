@@ -20,7 +20,7 @@ struct LoopbackTests {
         ] as [([String], BLIPDialect, Bool)]
     )
     func dialects(offered: [String], dialect: BLIPDialect, seed: Bool) async throws {
-        var serverConfiguration = BLIPWebSocketServer.Configuration()
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.acceptsSeedDialect = seed
         try await withServer(serverConfiguration) { server in
             var configuration = BLIPWebSocketClient.Configuration()
@@ -48,7 +48,7 @@ struct LoopbackTests {
 
     @Test("the server takes the client's first offer it speaks; with none it answers HTTP 500 naming its protocols")
     func negotiation() async throws {
-        var serverConfiguration = BLIPWebSocketServer.Configuration()
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.subprotocols = ["BLIP_3+CBMobile_2", "BLIP_3+CBMobile_3"]
         try await withServer(serverConfiguration) { server in
             let raw = try await RawWebSocketClient.connect(
@@ -77,7 +77,7 @@ struct LoopbackTests {
 
     @Test("a path, when configured, must match; otherwise any path is served")
     func paths() async throws {
-        var serverConfiguration = BLIPWebSocketServer.Configuration()
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.path = "/db/_blipsync"
         try await withServer(serverConfiguration) { server in
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/db/_blipsync?x=1") { connection in
@@ -135,7 +135,7 @@ struct LoopbackTests {
     func tls() async throws {
         let certificate = try TestCertificate.make()
         defer { certificate.remove() }
-        var serverConfiguration = BLIPWebSocketServer.Configuration()
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.tls = .init(
             certificateChainPath: certificate.certificatePath,
             privateKeyPath: certificate.keyPath

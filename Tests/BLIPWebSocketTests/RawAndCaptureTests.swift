@@ -9,7 +9,7 @@ import Testing
 struct RawAndCaptureTests {
     @Test("the raw endpoint echoes binary and text, counts sink:N, produces source:N")
     func rawEndpoint() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.rawEndpoint = .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         try await withServer(configuration) { server in
             let raw = try await BLIPRawWebSocket.connect(to: "ws://127.0.0.1:\(server.port)/")
@@ -40,7 +40,7 @@ struct RawAndCaptureTests {
 
     @Test("in echo mode (serve --echo-only) the benchmark commands are echoed like any text; any subprotocol")
     func pureEchoMode() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.rawEndpoint = .always
         configuration.rawEndpointMode = .echo
         try await withServer(configuration) { server in
@@ -69,7 +69,7 @@ struct RawAndCaptureTests {
             "blip-capture-\(UUID().uuidString)"
         )
         defer { try? FileManager.default.removeItem(at: directory) }
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.captureDirectory = directory.path
         try await withServer(configuration) { server in
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { connection in

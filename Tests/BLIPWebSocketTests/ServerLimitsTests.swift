@@ -25,7 +25,7 @@ struct ServerLimitsTests {
     )
     func handshakeTimeout(trickles: Bool) async throws {
         #expect(BLIPWebSocketServer.Configuration().handshakeTimeout == .seconds(10))
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.handshakeTimeout = .milliseconds(500)
         try await withServer(configuration, eventLoopGroup: Self.group) { server in
             let client = try await RawTCPClient.connect(port: server.port, group: Self.group)
@@ -49,7 +49,7 @@ struct ServerLimitsTests {
 
     @Test("an upgraded connection outlives the handshake timeout")
     func upgradedConnectionStays() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         // Wide enough for the upgrade itself on a busy machine.
         configuration.handshakeTimeout = .seconds(2)
         try await withServer(configuration, eventLoopGroup: Self.group) { server in
@@ -113,7 +113,7 @@ struct ServerLimitsTests {
 
     @Test("connections over maximumConnections are closed at once, idle ones in their handshake included")
     func maximumConnections() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.maximumConnections = 3
         configuration.handshakeTimeout = .seconds(60)
         try await withServer(configuration, eventLoopGroup: Self.group) { server in

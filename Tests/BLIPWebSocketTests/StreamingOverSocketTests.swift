@@ -51,7 +51,7 @@ struct StreamingOverSocketTests {
             return BLIPResponse(properties: ["Count": "\(total)", "Sum": "\(sum)"])
         }
         router.register(profile: "download") { _, _ in BLIPResponse(body: ByteBuffer(repeating: 7, count: 8 << 20)) }
-        var serverConfiguration = BLIPWebSocketServer.Configuration()
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.acceptsSeedDialect = seed
         try await withServer(serverConfiguration, router: router) { server in
             var configuration = BLIPWebSocketClient.Configuration()
@@ -78,7 +78,7 @@ struct StreamingOverSocketTests {
 
     @Test("a WebSocket message above the maximum closes with 1009")
     func messageTooBig() async throws {
-        var configuration = BLIPWebSocketServer.Configuration()
+        var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.maximumMessageSize = 64 * 1024
         try await withServer(configuration) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: ["BLIP_3+CBMobile_3"])

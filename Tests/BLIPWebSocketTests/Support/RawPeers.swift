@@ -20,7 +20,7 @@ struct RawWebSocketClient {
 
     static func connect(port: Int, path: String = "/", subprotocols: [String]) async throws -> RawWebSocketClient {
         let upgrade = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(host: "127.0.0.1", port: port) { channel in
+            .connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: port)) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(
                         maxFrameSize: 1 << 24,
@@ -165,7 +165,7 @@ struct TestCertificate {
 
 /// Runs a server on a free loopback port for the duration of `body`.
 func withServer<T: Sendable>(
-    _ configuration: BLIPWebSocketServer.Configuration = BLIPWebSocketServer.Configuration(),
+    _ configuration: BLIPWebSocketServer.Configuration = BLIPWebSocketServer.Configuration.forTests,
     router: BLIPRouter = standardRouter(),
     eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
     _ body: @Sendable (BLIPWebSocketServer) async throws -> T

@@ -52,7 +52,7 @@ final class RawTCPClient: Sendable {
                         recorder.succeed(NIOLoopBound(handler, eventLoop: channel.eventLoop))
                     }
                 }
-                .connect(host: "127.0.0.1", port: port)
+                .connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: port))
                 .get()
             return RawTCPClient(
                 channel: channel,
