@@ -19,7 +19,7 @@ struct ExactlyOnceTableTests {
 
     enum Ending: String, CaseIterable, Sendable {
         case reply, smallError, largeError, cancel, peerClose, transportFailure, fatalFrame, localClose
-        case encodingFailure, bodyFailure
+        case encodingFailure, bodyFailure, timeout
 
         /// What the caller sees: nil for success.
         func expected(for api: API) -> String? {
@@ -32,6 +32,7 @@ struct ExactlyOnceTableTests {
             case .fatalFrame: "protocolViolation"
             case .encodingFailure: "invalidMessage"
             case .bodyFailure: "BodyFailure"
+            case .timeout: "timedOut"
             }
         }
 
@@ -123,18 +124,20 @@ struct ExactlyOnceTableTests {
         var request = BLIPRequest(profile: "table", body: ByteBuffer(repeating: 0x61, count: 1_000))
         if cell.ending == .encodingFailure { request.properties["Bad"] = "a\u{0}b" }
 
+        // With the timeout ending, the peer never answers (a no-reply request never leaves).
+        let timeout: Duration? = cell.ending == .timeout ? .milliseconds(50) : nil
         let call = Task { () -> String? in
             do {
                 switch cell.api {
                 case .plain:
-                    _ = try await connection.sendRequest(request)
+                    _ = try await connection.sendRequest(request, timeout: timeout)
                 case .streamedBody:
-                    _ = try await connection.sendRequest(request, body: GatedBody(gate: gate))
+                    _ = try await connection.sendRequest(request, body: GatedBody(gate: gate), timeout: timeout)
                 case .streamedReply:
-                    let reply = try await connection.sendRequestStreamingReply(request)
+                    let reply = try await connection.sendRequestStreamingReply(request, timeout: timeout)
                     _ = try await reply.body.collect(upTo: 1 << 20)
                 case .noReply:
-                    try await connection.sendNoReply(request)
+                    try await connection.sendNoReply(request, timeout: timeout)
                 }
                 return nil
             } catch let error as BLIPConnectionError {
@@ -159,9 +162,11 @@ struct ExactlyOnceTableTests {
         #expect(outcome == cell.ending.expected(for: cell.api), "ended with \(outcome ?? "success")")
         if cell.api == .streamedBody && cell.ending != .bodyFailure { gate.decide(false) }
 
-        // A cancelled request that had left is still answered by the peer: the connection drops the reply
+        // A cancelled (or timed-out) request that had left is still answered by the peer: the connection drops the reply
         // (it has to remember the request until then: BLIP has no cancel frame).
-        if cell.ending == .cancel, cell.api != .noReply, let number = peer.firstRequestNumber {
+        if cell.ending == .cancel || cell.ending == .timeout, cell.api != .noReply,
+            let number = peer.firstRequestNumber
+        {
             _ = try? peer.engine.enqueue(
                 BLIPOutgoingMessage(.response(toRequest: number), properties: [:], body: .buffer(pattern(10)))
             )
@@ -209,6 +214,10 @@ struct ExactlyOnceTableTests {
         case .fatalFrame: transport.deliver(ByteBuffer(bytes: [0xFF, 0xFF]))
         case .localClose: await connection.close()
         case .bodyFailure: gate.decide(false)
+        case .timeout:
+            // Nothing moves meanwhile: the time runs out before the peer could answer, or a no-reply
+            // request could leave.
+            try await Task.sleep(for: .milliseconds(200))
         case .encodingFailure: break
         }
     }
