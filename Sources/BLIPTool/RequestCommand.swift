@@ -36,6 +36,7 @@ struct RequestCommand: AsyncParsableCommand {
     @Option(help: "Accept only a server certificate with this SHA-256 (hex).") var pinSha256: String?
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Flag(help: "Print the reply as one JSON object.") var json = false
+    @Option(help: "Seconds to wait for the reply; then the request fails (exit status 1).") var timeout: Double?
 
     func validate() throws {
         if self.body != nil && self.bodyFile != nil {
@@ -54,6 +55,9 @@ struct RequestCommand: AsyncParsableCommand {
             }
         }
         if self.maxRedirects < 0 { throw ValidationError("--max-redirects takes 0 or more") }
+        if let timeout = self.timeout, !(timeout > 0 && timeout <= 86_400) {
+            throw ValidationError("--timeout takes seconds, more than 0 and at most 86400")
+        }
         if let pin = self.pinSha256, Self.hexBytes(pin)?.count != 32 {
             throw ValidationError("--pin-sha256 takes 64 hex digits")
         }
@@ -65,17 +69,18 @@ struct RequestCommand: AsyncParsableCommand {
         var logger = Logger(label: "blip.request")
         logger.logLevel = .warning
         let noReply = self.noReply
+        let timeout = self.timeout.map { Duration.milliseconds(Int64(($0 * 1000).rounded(.up))) }
         let outcome: Outcome
         do {
             outcome = try await BLIPWebSocketClient.connect(to: self.url, configuration: configuration, logger: logger)
             {
                 connection in
                 if noReply {
-                    try await connection.sendNoReply(request)
+                    try await connection.sendNoReply(request, timeout: timeout)
                     return Outcome.none
                 }
                 do {
-                    return .reply(try await connection.sendRequest(request))
+                    return .reply(try await connection.sendRequest(request, timeout: timeout))
                 } catch let error as BLIPError {
                     return .error(error)
                 }

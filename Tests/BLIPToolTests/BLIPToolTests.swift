@@ -173,10 +173,14 @@ struct DecodeTests {
 
 @Suite("blip request and serve", .timeLimit(.minutes(3)))
 struct RequestExitCodeTests {
-    @Test("exit status 0 for a reply, 3 for an ERR reply, 1 when the connection fails")
+    @Test("exit status 0 for a reply, 3 for an ERR reply, 1 when the connection fails or the reply is late")
     func exitCodes() async throws {
         var router = BLIPRouter()
         router.register(StandardProfiles())
+        router.register(profile: "never") { _, _ in
+            try await Task.sleep(for: .seconds(3600))
+            return BLIPResponse()
+        }
         var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
         let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
@@ -192,6 +196,11 @@ struct RequestExitCodeTests {
         }
         #expect(notFound == ExitCode(3))
         try await RequestCommand.parse([url, "--profile", "echo", "--no-reply"]).run()
+        let late = await #expect(throws: ExitCode.self) {
+            try await RequestCommand.parse([url, "--profile", "never", "--timeout", "0.2"]).run()
+        }
+        #expect(late == ExitCode(1))
+        try await RequestCommand.parse([url, "--profile", "echo", "--timeout", "30"]).run()
         await server.shutdown()
         await serving
         let failed = await #expect(throws: ExitCode.self) {
@@ -248,6 +257,8 @@ struct RequestExitCodeTests {
             ["--user", "a:b", "--header", "authorization: Bearer x"],
             ["--header", "no colon"],
             ["--max-redirects", "-1"],
+            ["--timeout", "0"],
+            ["--timeout", "-1"],
         ] {
             #expect(throws: (any Error).self) { try RequestCommand.parse(["ws://x", "--profile", "p"] + arguments) }
         }
