@@ -116,7 +116,7 @@ private struct ChallengeParser {
 
     private mutating func token() -> String? {
         let start = self.index
-        self.skip(while: Self.isTokenCharacter)
+        self.skip(while: HTTPToken.isTokenCharacter)
         return self.index > start ? String(decoding: self.bytes[start..<self.index], as: UTF8.self) : nil
     }
 
@@ -145,17 +145,6 @@ private struct ChallengeParser {
 
     private static func isSpace(_ byte: UInt8) -> Bool {
         byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t")
-    }
-
-    /// RFC 7230 tchar.
-    private static func isTokenCharacter(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-            UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        default:
-            return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
-        }
     }
 
     private static func isToken68(_ byte: UInt8) -> Bool {

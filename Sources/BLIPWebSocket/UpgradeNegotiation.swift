@@ -166,7 +166,7 @@ final class UpgradeNegotiation {
     /// Header fields that would break the response (or split it in two: RFC 9110 5.5).
     private static func problem(_ headers: BLIPHTTPFields) -> String? {
         for field in headers {
-            guard !field.name.isEmpty, field.name.utf8.allSatisfy(Self.isTokenCharacter) else {
+            guard !field.name.isEmpty, field.name.utf8.allSatisfy(HTTPToken.isTokenCharacter) else {
                 return "invalid header name \"\(field.name)\""
             }
             guard !field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
@@ -174,17 +174,6 @@ final class UpgradeNegotiation {
             }
         }
         return nil
-    }
-
-    /// RFC 9110 5.6.2's `tchar`.
-    private static func isTokenCharacter(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-            UInt8(ascii: "0")...UInt8(ascii: "9"):
-            return true
-        default:
-            return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
-        }
     }
 
     /// `host:port`, `[host]:port` for IPv6.

@@ -36,25 +36,13 @@ struct UpgradeHandlerTests {
         upgradeHandler: BLIPWebSocketServer.UpgradeHandler?,
         _ body: @Sendable (BLIPWebSocketServer) async throws -> T
     ) async throws -> T {
-        var configuration = configuration
-        configuration.port = 0
-        let server = try await BLIPWebSocketServer.bind(
-            configuration: configuration,
+        try await withServer(
+            configuration,
             router: Self.router(),
             eventLoopGroup: Self.group,
-            upgradeHandler: upgradeHandler
+            upgradeHandler: upgradeHandler,
+            body
         )
-        async let serving: Void = server.run()
-        do {
-            let result = try await body(server)
-            await server.shutdown()
-            await serving
-            return result
-        } catch {
-            await server.shutdown()
-            await serving
-            throw error
-        }
     }
 
     /// Sends an upgrade request for `target` and returns what the server answered: up to the end of the
@@ -438,8 +426,12 @@ struct ClientCertificateTests {
         return try NIOSSLContext(configuration: configuration)
     }
 
-    @Test("optional: the handler sees the certificate a client presented, and none from one that did not")
-    func optional() async throws {
+    /// Runs `body` against a TLS server that asks for client certificates as `policy` says (trusting the
+    /// client certificate's own), whose upgrade handler wants exactly that certificate.
+    static func withCertificateServer(
+        _ policy: @Sendable (String) -> BLIPWebSocketServer.TLS.ClientCertificates,
+        _ body: @Sendable (BLIPWebSocketServer, TestCertificate, TestCertificate) async throws -> Void
+    ) async throws {
         let (serverCertificate, clientCertificate) = try await offThePool {
             (try TestCertificate.make(), try TestCertificate.make())
         }
@@ -452,13 +444,20 @@ struct ClientCertificateTests {
         configuration.tls = .init(
             certificateChainPath: serverCertificate.certificatePath,
             privateKeyPath: serverCertificate.keyPath,
-            clientCertificates: .optional(trustRootsPath: clientCertificate.certificatePath)
+            clientCertificates: policy(clientCertificate.certificatePath)
         )
         try await UpgradeHandlerTests.serve(configuration, upgradeHandler: Self.handler(expecting: clientDER)) {
             server in
+            try await body(server, serverCertificate, clientCertificate)
+        }
+    }
+
+    @Test("optional: the handler sees the certificate a client presented, and none from one that did not")
+    func optional() async throws {
+        try await Self.withCertificateServer({ .optional(trustRootsPath: $0) }) { server, serverCertificate, client in
             let with = try await UpgradeHandlerTests.rawUpgrade(
                 port: server.port,
-                tls: Self.clientContext(server: serverCertificate, client: clientCertificate)
+                tls: Self.clientContext(server: serverCertificate, client: client)
             )
             #expect(with.hasPrefix("HTTP/1.1 101 "), "\(with)")
             let without = try await UpgradeHandlerTests.rawUpgrade(
@@ -477,22 +476,7 @@ struct ClientCertificateTests {
 
     @Test("required: a client without a trusted certificate fails the TLS handshake")
     func required() async throws {
-        let (serverCertificate, clientCertificate) = try await offThePool {
-            (try TestCertificate.make(), try TestCertificate.make())
-        }
-        defer {
-            serverCertificate.remove()
-            clientCertificate.remove()
-        }
-        let clientDER = try NIOSSLCertificate.fromPEMFile(clientCertificate.certificatePath)[0].toDERBytes()
-        var configuration = BLIPWebSocketServer.Configuration.forTests
-        configuration.tls = .init(
-            certificateChainPath: serverCertificate.certificatePath,
-            privateKeyPath: serverCertificate.keyPath,
-            clientCertificates: .required(trustRootsPath: clientCertificate.certificatePath)
-        )
-        try await UpgradeHandlerTests.serve(configuration, upgradeHandler: Self.handler(expecting: clientDER)) {
-            server in
+        try await Self.withCertificateServer({ .required(trustRootsPath: $0) }) { server, serverCertificate, client in
             let without = try await UpgradeHandlerTests.rawUpgrade(
                 port: server.port,
                 tls: Self.clientContext(server: serverCertificate, client: nil)
@@ -500,7 +484,7 @@ struct ClientCertificateTests {
             #expect(without.hasPrefix("no response"), "\(without)")
             let with = try await UpgradeHandlerTests.rawUpgrade(
                 port: server.port,
-                tls: Self.clientContext(server: serverCertificate, client: clientCertificate)
+                tls: Self.clientContext(server: serverCertificate, client: client)
             )
             #expect(with.hasPrefix("HTTP/1.1 101 "), "\(with)")
         }

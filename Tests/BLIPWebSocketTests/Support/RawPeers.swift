@@ -168,6 +168,7 @@ func withServer<T: Sendable>(
     _ configuration: BLIPWebSocketServer.Configuration = BLIPWebSocketServer.Configuration.forTests,
     router: BLIPRouter = standardRouter(),
     eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+    upgradeHandler: BLIPWebSocketServer.UpgradeHandler? = nil,
     _ body: @Sendable (BLIPWebSocketServer) async throws -> T
 ) async throws -> T {
     var configuration = configuration
@@ -175,7 +176,8 @@ func withServer<T: Sendable>(
     let server = try await BLIPWebSocketServer.bind(
         configuration: configuration,
         router: router,
-        eventLoopGroup: eventLoopGroup
+        eventLoopGroup: eventLoopGroup,
+        upgradeHandler: upgradeHandler
     )
     async let serving: Void = server.run()
     do {
