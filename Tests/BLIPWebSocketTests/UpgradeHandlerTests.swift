@@ -454,7 +454,8 @@ struct ClientCertificateTests {
 
     @Test("optional: the handler sees the certificate a client presented, and none from one that did not")
     func optional() async throws {
-        try await Self.withCertificateServer({ .optional(trustRootsPath: $0) }) { server, serverCertificate, client in
+        let policy: @Sendable (String) -> BLIPWebSocketServer.TLS.ClientCertificates = { .optional(trustRootsPath: $0) }
+        try await Self.withCertificateServer(policy) { server, serverCertificate, client in
             let with = try await UpgradeHandlerTests.rawUpgrade(
                 port: server.port,
                 tls: Self.clientContext(server: serverCertificate, client: client)
@@ -476,7 +477,8 @@ struct ClientCertificateTests {
 
     @Test("required: a client without a trusted certificate fails the TLS handshake")
     func required() async throws {
-        try await Self.withCertificateServer({ .required(trustRootsPath: $0) }) { server, serverCertificate, client in
+        let policy: @Sendable (String) -> BLIPWebSocketServer.TLS.ClientCertificates = { .required(trustRootsPath: $0) }
+        try await Self.withCertificateServer(policy) { server, serverCertificate, client in
             let without = try await UpgradeHandlerTests.rawUpgrade(
                 port: server.port,
                 tls: Self.clientContext(server: serverCertificate, client: nil)
