@@ -40,6 +40,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.30.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        // documentation only: `swift package generate-documentation` (.ci/docs.sh)
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // test-only
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
     ],

@@ -4,10 +4,10 @@ public import NIOCore
 
 /// One BLIP connection: send requests to the peer and answer its requests.
 ///
-/// Open one over a transport with ``withBLIPConnection(over:configuration:router:logger:_:)`` (scoped to a
-/// closure), or with ``init(transport:configuration:router:logger:)`` and ``run()`` for a server that keeps
-/// it open. Every request resolves exactly once: its reply, a thrown ``BLIPError`` (an ERR reply), or a
-/// thrown ``BLIPConnectionError`` (the connection failed or closed first).
+/// Open one over a transport with ``withBLIPConnection(over:configuration:router:logger:identity:isolation:_:)``
+/// (scoped to a closure), or with ``init(transport:configuration:router:logger:identity:)`` and ``run()`` for a
+/// server that keeps it open. Every request resolves exactly once: its reply, a thrown ``BLIPError`` (an ERR
+/// reply), or a thrown ``BLIPConnectionError`` (the connection failed or closed first).
 public struct BLIPConnection: Sendable, Hashable {
     let core: ConnectionCore
 
@@ -98,6 +98,7 @@ public struct BLIPConnection: Sendable, Hashable {
     /// abandons the reply: a request not yet started is never sent, one already started is sent whole
     /// (BLIP cannot abort a message) and its reply is dropped.
     ///
+    /// - Parameter request: The request; its `Profile` property says what it is for.
     /// - Parameter timeout: How long to wait for the reply (nil: ``Configuration/requestTimeout``). Past
     ///   it the request is cancelled as above and this throws ``BLIPConnectionError/Code/timedOut``.
     public func sendRequest(_ request: BLIPRequest, timeout: Duration? = nil) async throws -> BLIPResponse {
@@ -110,6 +111,8 @@ public struct BLIPConnection: Sendable, Hashable {
     /// Sends a request whose body is produced as it goes (a 1 GiB body never has to sit in memory), and
     /// waits for the reply. The body is pulled only as fast as the connection sends it.
     ///
+    /// - Parameter request: The request's properties, urgency and compression; its own body is not sent.
+    /// - Parameter body: The body's pieces, read as the connection can send them.
     /// - Parameter timeout: As for ``sendRequest(_:timeout:)``: a body still being sent then is finished
     ///   (with what has been sent; see the streamed-body rules) and the reply dropped.
     public func sendRequest<Body: AsyncSequence & Sendable>(
@@ -128,6 +131,7 @@ public struct BLIPConnection: Sendable, Hashable {
     /// Sends a request and returns its reply as soon as the reply's properties arrive, with its body as a
     /// stream; the peer is held back while the body is not read. Throws ``BLIPError`` for an ERR reply.
     ///
+    /// - Parameter request: The request.
     /// - Parameter timeout: How long to wait for the reply's properties; reading the body is not timed.
     public func sendRequestStreamingReply(
         _ request: BLIPRequest,
@@ -144,6 +148,7 @@ public struct BLIPConnection: Sendable, Hashable {
     /// Sends a request that must not be answered; returns once its last frame has been handed to the
     /// transport.
     ///
+    /// - Parameter request: The request.
     /// - Parameter timeout: How long sending may take; past it a request not yet started is dropped.
     public func sendNoReply(_ request: BLIPRequest, timeout: Duration? = nil) async throws {
         guard let timeout = timeout ?? self.core.configuration.requestTimeout else {

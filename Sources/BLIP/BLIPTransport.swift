@@ -22,7 +22,8 @@ public protocol BLIPTransport: AnyObject, Sendable {
     func pauseReading()
     func resumeReading()
 
-    /// Closes the connection; the transport reports ``BLIPTransportSink/closed(_:)`` once it has.
+    /// Closes the connection; the transport reports ``BLIPTransportSink/closed(_:)-(BLIPCloseStatus)`` once it
+    /// has.
     func close(_ reason: BLIPCloseReason)
 }
 

@@ -1,6 +1,6 @@
 /// The server answered the WebSocket upgrade request, but not with a usable WebSocket: what it said (status,
 /// headers, the start of the body) and a ``Kind`` that a retry policy can switch on. Failures to reach the
-/// server at all (TCP, TLS) are ``BLIP/BLIPConnectionError`` with code `transportFailed`.
+/// server at all (TCP, TLS) are `BLIPConnectionError` with code `transportFailed`.
 public struct BLIPHandshakeError: Error, Sendable, CustomStringConvertible {
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
         private enum Base: Hashable, Sendable {

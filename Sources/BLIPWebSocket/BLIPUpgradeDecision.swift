@@ -9,8 +9,8 @@
 /// }
 /// ```
 public enum BLIPUpgradeDecision: Sendable {
-    /// Upgrade. `identity` becomes the connection's ``BLIPConnection/identity`` (seen by every handler as
-    /// ``BLIPRequestContext/identity``); `headers` are added to the `101 Switching Protocols` response.
+    /// Upgrade. `identity` becomes the connection's `BLIPConnection.identity` (seen by every handler as
+    /// `BLIPRequestContext.identity`); `headers` are added to the `101 Switching Protocols` response.
     /// The handshake's own fields (`Upgrade`, `Connection`, `Sec-WebSocket-*`) cannot be set here.
     case accept(identity: (any Sendable)?, headers: BLIPHTTPFields)
     /// Answer with `status` (300 to 599), `headers` and `body`, then close the connection. The body is at

@@ -2,7 +2,7 @@ internal import Foundation
 
 /// A client's request to upgrade to WebSocket, as the server's upgrade handler sees it: enough to decide
 /// who the client is and what it may reach (its credentials, cookies, certificate, the database in its
-/// path). It stays available on the accepted connection as ``BLIPConnection/upgradeRequest``.
+/// path). It stays available on the accepted connection as ``BLIP/BLIPConnection/upgradeRequest``.
 public struct BLIPUpgradeRequest: Sendable {
     /// The HTTP method (always `GET` by the time a handler sees it).
     public var method: String

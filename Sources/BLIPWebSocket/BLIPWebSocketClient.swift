@@ -59,8 +59,8 @@ public enum BLIPWebSocketClient {
     /// Connects to `url`, runs `body` with the connection, then closes it normally.
     ///
     /// `body` runs on the caller's actor. If the connection ends first (the server closes it, the network
-    /// fails), `body` is cancelled and this throws the ``BLIPConnectionError`` carrying the
-    /// ``BLIPCloseStatus``, as ``withBLIPConnection(over:configuration:router:logger:identity:isolation:_:)``
+    /// fails), `body` is cancelled and this throws the `BLIPConnectionError` carrying the
+    /// `BLIPCloseStatus`, as `withBLIPConnection(over:configuration:router:logger:identity:isolation:_:)`
     /// does.
     public static func connect<Result: Sendable>(
         to url: String,
@@ -94,7 +94,7 @@ public enum BLIPWebSocketClient {
         }
     }
 
-    /// Performs the WebSocket handshake and returns the transport, for a ``BLIPConnection`` that the caller
+    /// Performs the WebSocket handshake and returns the transport, for a ``BLIP/BLIPConnection`` that the caller
     /// runs itself.
     public static func openTransport(
         to urlString: String,

@@ -13,7 +13,7 @@ internal import NIOWebSocket
 /// ```swift
 /// let server = try await BLIPWebSocketServer.bind(configuration: .init(), router: router)
 /// print("listening on port \(server.port)")
-/// try await server.run()        // until shutdown()
+/// await server.run()            // until shutdown()
 /// ```
 public final class BLIPWebSocketServer: Sendable {
     public struct Configuration: Sendable {
@@ -112,7 +112,7 @@ public final class BLIPWebSocketServer: Sendable {
         public var subprotocol: String?
         /// The request target (path and query).
         public var path: String
-        /// The request the connection was upgraded from (also ``BLIPConnection/upgradeRequest``).
+        /// The request the connection was upgraded from (also ``BLIP/BLIPConnection/upgradeRequest``).
         public var upgradeRequest: BLIPUpgradeRequest
     }
 

@@ -3,8 +3,8 @@ public import BLIPWire
 internal import NIOCore
 internal import Synchronization
 
-/// A ``BLIPTransport`` over an upgraded WebSocket channel. Every call hops to the channel's event loop
-/// (or runs at once when already on it), where ``BLIPWebSocketHandler`` does the work.
+/// A `BLIPTransport` over an upgraded WebSocket channel. Every call hops to the channel's event loop
+/// (or runs at once when already on it), where `BLIPWebSocketHandler` does the work.
 public final class BLIPWebSocketTransport: BLIPTransport {
     public let dialect: BLIPDialect
     /// The negotiated subprotocol, if any (none in the seed dialect).
