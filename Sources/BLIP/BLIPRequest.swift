@@ -56,6 +56,9 @@ public struct BLIPRequest: Sendable, CustomStringConvertible {
 public struct BLIPResponse: Sendable, CustomStringConvertible {
     public var properties: BLIPProperties
     public var body: ByteBuffer
+    /// When set, the body is produced as it is sent, in place of `body` (replies we send only; see
+    /// ``BLIPBodySource``).
+    public var bodyStream: BLIPBodySource?
     /// Compress the body on the wire.
     public var isCompressed: Bool
 
@@ -70,5 +73,8 @@ public struct BLIPResponse: Sendable, CustomStringConvertible {
         self.init(properties: properties, body: ByteBuffer(string: text), compressed: compressed)
     }
 
-    public var description: String { "BLIPResponse(\(self.properties), \(self.body.readableBytes) bytes)" }
+    public var description: String {
+        let body = self.bodyStream == nil ? "\(self.body.readableBytes) bytes" : "streamed body"
+        return "BLIPResponse(\(self.properties), \(body))"
+    }
 }

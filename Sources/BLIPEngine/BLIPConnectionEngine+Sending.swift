@@ -109,11 +109,11 @@ extension BLIPConnectionEngine {
         return state.data.readableBytes < self.configuration.streamedBodyLowWatermark
     }
 
-    /// Cancels one of our messages. BLIP has no cancel frame: a message that has not started is removed;
-    /// one that has started is still sent whole (the peer would otherwise hold a half message forever)
-    /// and its reply dropped; a sent request's reply is dropped when it comes. A streamed body that
-    /// cannot be finished after its message started throws ``BLIPEngineError/Code/bodyFailedMidMessage``:
-    /// the connection must close.
+    /// Cancels one of our messages. BLIP has no cancel frame: a message that has not started is removed
+    /// (a reply's request may then be answered again); one that has started is still sent whole (the peer
+    /// would otherwise hold a half message forever) and its reply dropped; a sent request's reply is
+    /// dropped when it comes. A streamed body that cannot be finished after its message started throws
+    /// ``BLIPEngineError/Code/bodyFailedMidMessage``: the connection must close.
     public func cancel(_ id: BLIPOutgoingID) throws(BLIPEngineError) -> BLIPCancelResult {
         guard !self.isClosed else { return .unknown }
         guard let state = self.outgoing[id] else {
@@ -128,6 +128,10 @@ extension BLIPConnectionEngine {
             if state.isHeld, var request = self.unanswered[state.number] {
                 request.heldReply = nil  // the peer's request may be answered again
                 self.unanswered[state.number] = request
+            } else if state.type != .request {
+                // A reply none of which left (a streamed body that failed at once): the peer's request
+                // may be answered again, with ERR, so that it never waits forever.
+                self.unanswered[state.number] = UnansweredRequest(isUrgent: state.isUrgent, isComplete: true)
             }
             return .removed
         }

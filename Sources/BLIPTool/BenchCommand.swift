@@ -27,6 +27,9 @@ struct BenchCommand: AsyncParsableCommand {
         /// Not part of `all`: streams one `--size` message (default 1 GiB) to `sink` from a producer, and
         /// reports the peak memory of each side.
         case stream
+        /// Not part of `all`: the server streams one `--size` reply (default 1 GiB) from a source holding one
+        /// 1 MiB chunk (`stream-source`), read piece by piece; reports the peak memory of each side.
+        case streamReply = "stream-reply"
     }
 
     enum Direction: String, ExpressibleByArgument {
@@ -35,11 +38,13 @@ struct BenchCommand: AsyncParsableCommand {
 
     @Argument(help: "ws:// or wss:// URL of a server (not with --self).") var url: String?
     @Flag(name: .customLong("self"), help: "Start a server in a child process first.") var startsServer = false
-    @Option(help: "rt, pipelined, bulk, urgent, all; idle (connections held open) or stream (1 GiB streamed).")
+    @Option(
+        help: "rt, pipelined, bulk, urgent, all; idle (connections held open), stream or stream-reply (1 GiB streamed)."
+    )
     var workload = Workload.all
     @Option(help: "Requests outstanding (pipelined; default 16 and 64).") var concurrency: Int?
     @Option(help: "Requests (rt: 20000, pipelined: 50000, urgent: 100).") var count: Int?
-    @Option(help: "Body bytes (rt and pipelined: 100; bulk: 64 MiB; stream: 1 GiB).") var size: Int?
+    @Option(help: "Body bytes (rt and pipelined: 100; bulk: 64 MiB; stream, stream-reply: 1 GiB).") var size: Int?
     @Option(help: "Bulk data: random or text.") var data: BenchmarkData?
     @Flag(help: "Compress bulk data.") var compressed = false
     @Option(help: "Bulk direction: up (to sink) or down (from source).") var direction: Direction?

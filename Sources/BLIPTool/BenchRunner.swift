@@ -66,6 +66,11 @@ struct BenchRunner {
                 try await self.streamedMessage(size: self.options.size ?? 1 << 30, data: self.options.data ?? .random)
             )
         }
+        if workload == .streamReply {
+            self.report(
+                try await self.streamedReply(size: self.options.size ?? 1 << 30, data: self.options.data ?? .random)
+            )
+        }
         if workload == .rt || workload == .all {
             let count = self.options.count ?? 20_000
             var result = try await self.roundTrips(

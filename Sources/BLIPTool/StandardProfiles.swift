@@ -6,7 +6,8 @@ internal import NIOCore
 /// The standard test server profiles of performance.md: `echo`, `sink`, `error`, `stats`; no-reply
 /// requests get no reply and unknown profiles ERR BLIP/404 (the connection does both). `source` is an
 /// addition: it sends `Count` bytes back (`Data: random|text`, `Compress: yes`), for benchmarks of the
-/// server-to-client direction. `whoami` answers with the connection's identity (the user name under
+/// server-to-client direction; `stream-source` does the same with a streamed reply, for any `Count` up to
+/// 16 GiB, from one 1 MiB chunk sent again and again. `whoami` answers with the connection's identity (the user name under
 /// `serve --require-basic`), empty when it has none.
 final class StandardProfiles: BLIPService {
     struct Counters: Codable {
@@ -66,6 +67,22 @@ final class StandardProfiles: BLIPService {
                 body: self.sourceData(data, count),
                 compressed: request.properties["Compress"] == "yes"
             )
+        }
+        router.register(profile: "stream-source") { request, context in
+            self.count(request, context) { $0.source += 1 }
+            let count = Int(request.properties["Count"] ?? "0") ?? 0
+            guard (0...(1 << 34)).contains(count) else {
+                throw BLIPError(code: .payloadTooLarge, message: "Count must be 0 to 16 GiB")
+            }
+            let data = BenchmarkData(rawValue: request.properties["Data"] ?? "random") ?? .random
+            self.counters.withLockedValue { $0.bytesOut += count }
+            let body = RepeatedChunks(
+                chunk: self.sourceData(data, 1 << 20),
+                total: count,
+                progress: Progress(enabled: false),
+                name: "stream-source"
+            )
+            return BLIPResponse(properties: ["Count": "\(count)"], bodyStream: body)
         }
         router.register(profile: "error") { request, context in
             self.count(request, context) { $0.error += 1 }

@@ -317,6 +317,9 @@ struct BenchWorkloadTests {
         let stream = try await runner.streamedMessage(size: 3 << 20 + 12_345, data: .random)
         #expect((stream.wireBytes ?? 0) > 3 << 20 + 12_345)
         #expect(stream.extra["client_peak_rss_mib"] != nil)
+        let streamedReply = try await runner.streamedReply(size: 3 << 20 + 12_345, data: .random)
+        #expect((streamedReply.wireBytes ?? 0) > 3 << 20 + 12_345 && streamedReply.direction == "down")
+        #expect(streamedReply.extra["client_peak_rss_mib"] != nil)
         let idle = try await runner.idleConnections(count: 8)
         #expect(idle.count == 8 && idle.extra["client_kib_per_connection"] != nil)
 

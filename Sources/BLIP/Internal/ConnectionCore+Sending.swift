@@ -241,7 +241,7 @@ extension ConnectionCore {
         }
     }
 
-    private func appendBody(_ chunk: ByteBuffer, to id: BLIPOutgoingID, isComplete: Bool) async throws {
+    func appendBody(_ chunk: ByteBuffer, to id: BLIPOutgoingID, isComplete: Bool) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             var effects = Effects()
             self.state.withLockedValue { state in
@@ -272,8 +272,19 @@ extension ConnectionCore {
     /// Sends a handler's reply (or error) to the peer's request `number`, and lets go of the `charge` the
     /// request held against the buffer budget. A reply that cannot be encoded (a property with NUL, an
     /// empty value in the seed dialect, a block over the limit) is logged as an error and replaced by ERR
-    /// BLIP/500, so that the peer never waits forever.
+    /// BLIP/500, so that the peer never waits forever. A streamed reply is handed to ``run()``, which pulls
+    /// its body (ConnectionCore+StreamedReplies).
     func respond(to number: UInt64, with result: Result<BLIPResponse, BLIPError>, releasing charge: Int = 0) {
+        if case .success(let response) = result, let body = response.bodyStream {
+            self.releaseBuffered(charge)
+            let head = StreamedReplyHead(
+                number: number,
+                properties: response.properties,
+                isCompressed: response.isCompressed
+            )
+            self.workContinuation.yield(.streamedReply(head, body))
+            return
+        }
         let message: BLIPOutgoingMessage
         switch result {
         case .success(let response):
@@ -293,26 +304,40 @@ extension ConnectionCore {
         var effects = Effects()
         self.state.withLockedValue { state in
             self.release(charge, &state, effects: &effects)
-            do throws(BLIPEngineError) {
-                let (_, wake) = try state.engine.enqueue(message)
-                effects.wakeWriter = effects.wakeWriter || wake
-                effects.counts.messagesSent += 1
-                if case .failure = result { effects.counts.errorRepliesSent += 1 }
-                self.updateReplyBacklog(&state, effects: &effects)
-            } catch  where error.code == .invalidMessage {
-                self.log(
-                    .error,
-                    "the reply to request #\(number) could not be encoded; sent ERR BLIP/500 instead",
-                    ["blip.error": "\(error)"],
-                    effects: &effects
-                )
-                let failure = BLIPError(code: .internalError, message: "the reply could not be encoded")
-                self.enqueueReply(failure, to: number, &state, effects: &effects)
-            } catch {
-                self.log(.debug, "reply to request #\(number) not sent", ["blip.error": "\(error)"], effects: &effects)
-            }
+            _ = self.enqueueReply(message, to: number, &state, effects: &effects)
         }
         self.perform(effects)
+    }
+
+    /// Queues a reply (or ERR) to the peer's request `number`; one that cannot be encoded becomes ERR
+    /// BLIP/500 (see ``respond(to:with:releasing:)``). Returns the reply's handle, or nil if it was not
+    /// queued.
+    func enqueueReply(
+        _ message: BLIPOutgoingMessage,
+        to number: UInt64,
+        _ state: inout State,
+        effects: inout Effects
+    ) -> BLIPOutgoingID? {
+        do throws(BLIPEngineError) {
+            let (id, wake) = try state.engine.enqueue(message)
+            effects.wakeWriter = effects.wakeWriter || wake
+            effects.counts.messagesSent += 1
+            if case .error = message.kind { effects.counts.errorRepliesSent += 1 }
+            self.updateReplyBacklog(&state, effects: &effects)
+            return id
+        } catch  where error.code == .invalidMessage {
+            self.log(
+                .error,
+                "the reply to request #\(number) could not be encoded; sent ERR BLIP/500 instead",
+                ["blip.error": "\(error)"],
+                effects: &effects
+            )
+            let failure = BLIPError(code: .internalError, message: "the reply could not be encoded")
+            self.enqueueReply(failure, to: number, &state, effects: &effects)
+        } catch {
+            self.log(.debug, "reply to request #\(number) not sent", ["blip.error": "\(error)"], effects: &effects)
+        }
+        return nil
     }
 
     // MARK: - Writing

@@ -27,9 +27,16 @@ final class ConnectionCore: Sendable {
     let tracesFrames: Bool
     let state: NIOLockedValueBox<State>
     let nextToken = Atomic<UInt64>(1)
-    /// Requests for handlers, consumed by ``run()``.
-    let work: AsyncStream<Work>
-    let workContinuation: AsyncStream<Work>.Continuation
+    /// What ``run()`` starts tasks for: handlers, and the bodies of streamed replies.
+    let work: AsyncStream<Job>
+    let workContinuation: AsyncStream<Job>.Continuation
+
+    enum Job: Sendable {
+        /// Runs handlers in one slot, starting with this request's.
+        case handlers(startingWith: Work)
+        /// Pulls and sends a streamed reply's body, outside the handler slots.
+        case streamedReply(StreamedReplyHead, BLIPBodySource)
+    }
 
     enum Work: Sendable {
         /// `charge`: the bytes the request counts against the buffer budget until its handler is done.
@@ -159,7 +166,7 @@ final class ConnectionCore: Sendable {
         self.metrics = ConnectionMetrics(dialect: transport.dialect)
         let engine = BLIPConnectionEngine(configuration: configuration.engineConfiguration(dialect: transport.dialect))
         self.state = NIOLockedValueBox(State(engine: engine))
-        (self.work, self.workContinuation) = AsyncStream.makeStream(of: Work.self)
+        (self.work, self.workContinuation) = AsyncStream.makeStream(of: Job.self)
     }
 
     func start() {
@@ -169,7 +176,7 @@ final class ConnectionCore: Sendable {
     /// Does what an operation decided under the lock. Objects in `effects.released` go when the caller's
     /// `effects` does, after this returns, also outside the lock.
     func perform(_ effects: Effects) {
-        if let work = effects.work { self.workContinuation.yield(work) }
+        if let work = effects.work { self.workContinuation.yield(.handlers(startingWith: work)) }
         for action in effects.deferred { action() }
         self.count(effects.counts)
         if effects.pauseReading { self.transport.pauseReading() }
@@ -211,12 +218,15 @@ final class ConnectionCore: Sendable {
 
     // MARK: - Lifecycle
 
-    /// Runs handlers until the connection closes; handlers still running then are cancelled, since their
-    /// replies can no longer be sent.
+    /// Runs handlers until the connection closes; handlers (and streamed reply bodies) still running then
+    /// are cancelled, since their replies can no longer be sent.
     func run() async -> BLIPCloseStatus {
         await withDiscardingTaskGroup { group in
-            for await item in self.work {
-                group.addTask { await self.runHandlers(startingWith: item) }
+            for await job in self.work {
+                switch job {
+                case .handlers(let first): group.addTask { await self.runHandlers(startingWith: first) }
+                case .streamedReply(let head, let body): group.addTask { await body.send(self, head) }
+                }
             }
             group.cancelAll()
         }
