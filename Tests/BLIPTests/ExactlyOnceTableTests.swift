@@ -125,7 +125,7 @@ struct ExactlyOnceTableTests {
         if cell.ending == .encodingFailure { request.properties["Bad"] = "a\u{0}b" }
 
         // With the timeout ending, the peer never answers (a no-reply request never leaves).
-        let timeout: Duration? = cell.ending == .timeout ? .milliseconds(50) : nil
+        let timeout: Duration? = cell.ending == .timeout ? .milliseconds(300) : nil
         let call = Task { () -> String? in
             do {
                 switch cell.api {
@@ -151,7 +151,9 @@ struct ExactlyOnceTableTests {
             // The request reaches the peer (a no-reply one stays queued: it must end before it leaves).
             if cell.api != .noReply || cell.ending == .reply {
                 let arrived = await self.exchange(peer) { !$0.events.isEmpty }
-                #expect(arrived, "the request never reached the peer")
+                // A timeout may pass first on a busy machine: then the request is never sent, which is
+                // as right (the table checks the outcome and what is left behind either way).
+                #expect(arrived || cell.ending == .timeout, "the request never reached the peer")
             } else {
                 await self.settle()
             }
@@ -217,7 +219,7 @@ struct ExactlyOnceTableTests {
         case .timeout:
             // Nothing moves meanwhile: the time runs out before the peer could answer, or a no-reply
             // request could leave.
-            try await Task.sleep(for: .milliseconds(200))
+            try await Task.sleep(for: .milliseconds(600))
         case .encodingFailure: break
         }
     }
