@@ -76,8 +76,9 @@ final class StandardProfiles: BLIPService {
             }
             let data = BenchmarkData(rawValue: request.properties["Data"] ?? "random") ?? .random
             self.counters.withLockedValue { $0.bytesOut += count }
+            // Its own 1 MiB chunk, not the 64 MiB `source` keeps: the server must stay small while it streams.
             let body = RepeatedChunks(
-                chunk: self.sourceData(data, 1 << 20),
+                chunk: data.bytes(1 << 20),
                 total: count,
                 progress: Progress(enabled: false),
                 name: "stream-source"

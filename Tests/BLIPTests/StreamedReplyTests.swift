@@ -1,10 +1,11 @@
-import BLIP
 import BLIPEngine
 import BLIPWire
 import Logging
 import NIOCore
 import Synchronization
 import Testing
+
+@testable import BLIP
 
 /// Replies whose body is an AsyncSequence (``BLIPResponse/init(properties:bodyStream:compressed:)``):
 /// pulled under flow control, never ahead of the reader by more than the window, and failing the way a
@@ -69,6 +70,10 @@ struct StreamedReplyTests {
                 body: ChunkedBody(total: 100_000, chunk: 9_000)
             )
             #expect(reply.body == MeteredBody.expected(total: 100_000, chunk: 7_000))
+            // Every reply went out whole: the server tracks nothing more (checked for up to 5 s).
+            let server = peers.serverConnection
+            for _ in 0..<500 where server.core.pendingBookkeeping > 0 { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(server.core.pendingBookkeeping == 0, "\(server.stateDescription)")
         }
         #expect(meter.iteratorsAlive == 0)
     }
