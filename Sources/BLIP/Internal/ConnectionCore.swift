@@ -347,8 +347,10 @@ final class ConnectionCore: Sendable {
         for waiter in state.closeWaiters { effects.later { waiter.resume(returning: status) } }
         // Unanswered requests answer themselves when they go, and a request for a handler that will not
         // run holds a body stream: both call back into the connection, so they go after the lock.
-        effects.released.append(Array(state.unhandled))
-        effects.released.append(Array(state.pendingWork))
+        // Moved out whole (no copy: converting an empty Deque writes to the runtime's shared empty-array
+        // storage, which ThreadSanitizer reports as a race between two connections closing at once).
+        if !state.unhandled.isEmpty { effects.released.append(state.unhandled) }
+        if !state.pendingWork.isEmpty { effects.released.append(state.pendingWork) }
         state.replyWaiters.removeAll()
         state.sendWaiters.removeAll()
         state.demandWaiters.removeAll()
