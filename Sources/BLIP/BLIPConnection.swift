@@ -113,8 +113,9 @@ public struct BLIPConnection: Sendable, Hashable {
     ///
     /// - Parameter request: The request's properties, urgency and compression; its own body is not sent.
     /// - Parameter body: The body's pieces, read as the connection can send them.
-    /// - Parameter timeout: As for ``sendRequest(_:timeout:)``: a body still being sent then is finished
-    ///   (with what has been sent; see the streamed-body rules) and the reply dropped.
+    /// - Parameter timeout: As for ``sendRequest(_:timeout:)``. The body is cancelled if it is still being
+    ///   produced then: before its first frame left, nothing is sent; after, the connection closes (1011),
+    ///   since BLIP cannot abort a message.
     public func sendRequest<Body: AsyncSequence & Sendable>(
         _ request: BLIPRequest,
         body: Body,
