@@ -21,6 +21,19 @@ extension BenchRunner {
             guard reply.properties["Count"] == "\(size)" else { throw BenchError("sink counted \(reply.properties)") }
             return (elapsed, connection.statistics.bytesSent - before.bytesSent)
         }
+        return self.streamedResult(name, size: size, elapsed: elapsed, wire: wire, data: data, direction: "up")
+    }
+
+    /// The result of one streamed transfer, with the peak resident memory of both sides: what the streamed
+    /// workloads exist to show.
+    func streamedResult(
+        _ name: String,
+        size: Int,
+        elapsed: Duration,
+        wire: Int,
+        data: BenchmarkData,
+        direction: String
+    ) -> BenchResult {
         var extra: [String: Any] = [:]
         if let peak = ProcessMemory.peakResident(of: getpid()) { extra["client_peak_rss_mib"] = peak >> 20 }
         if let server = self.serverProcessID, let peak = ProcessMemory.peakResident(of: server) {
@@ -34,7 +47,7 @@ extension BenchRunner {
             wireBytes: wire,
             data: data.rawValue,
             compressed: false,
-            direction: "up",
+            direction: direction,
             extra: extra
         )
     }

@@ -26,21 +26,6 @@ extension BenchRunner {
             guard received == size else { throw BenchError("received \(received) of \(size) bytes") }
             return (elapsed, connection.statistics.bytesReceived - before.bytesReceived)
         }
-        var extra: [String: Any] = [:]
-        if let peak = ProcessMemory.peakResident(of: getpid()) { extra["client_peak_rss_mib"] = peak >> 20 }
-        if let server = self.serverProcessID, let peak = ProcessMemory.peakResident(of: server) {
-            extra["server_peak_rss_mib"] = peak >> 20
-        }
-        return BenchResult(
-            workload: name,
-            count: 1,
-            concurrency: 1,
-            mibPerSecond: Double(size) / 1_048_576 / elapsed.seconds,
-            wireBytes: wire,
-            data: data.rawValue,
-            compressed: false,
-            direction: "down",
-            extra: extra
-        )
+        return self.streamedResult(name, size: size, elapsed: elapsed, wire: wire, data: data, direction: "down")
     }
 }
