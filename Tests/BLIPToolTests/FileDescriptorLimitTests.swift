@@ -6,7 +6,8 @@ import NIOPosix
 import Testing
 
 /// `blip serve` out of file descriptors: run under `ulimit -n 256`, it is sent more idle TCP connections
-/// than it can accept.
+/// than it can accept. They are held by another process (python3): held here, beside the sockets of every
+/// suite running meanwhile, they ran this process out of descriptors under a limit of 1024.
 @Suite(
     "blip serve out of file descriptors",
     .enabled(if: ServerProcess.isSupported, "reads the server's figures from /proc"),
@@ -25,14 +26,9 @@ struct FileDescriptorLimitTests {
         defer { _ = server.stop() }
 
         // More connections than descriptors: the kernel completes them all (the rest wait in the listen
-        // backlog of 128), the server takes what it can, then accept fails with EMFILE. All are awaited at
-        // once: while other suites keep the cooperative pool busy, each await can take a third of a second.
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        let address = try SocketAddress(ipAddress: "127.0.0.1", port: server.port)
-        let connecting = (0..<(Self.fileLimit + 64)).map { _ in
-            ClientBootstrap(group: loop).connect(to: address)
-        }
-        let idle = try await EventLoopFuture.whenAllSucceed(connecting, on: loop).get()
+        // backlog of 128), the server takes what it can, then accept fails with EMFILE.
+        let idle = try IdleConnections(port: server.port, count: Self.fileLimit + 64)
+        defer { idle.close() }
         // Another process's descriptors give no event to wait for: look every 20 ms, for at most 30 s.
         let deadline = ContinuousClock.now + .seconds(30)
         while server.openFiles < Self.fileLimit && ContinuousClock.now < deadline {
@@ -47,8 +43,9 @@ struct FileDescriptorLimitTests {
         let share = (server.cpuTime - cpuStart) / (ContinuousClock.now - wallStart)
         #expect(share < 0.15, "out of descriptors, the server used \(Int(share * 100)) % of a core")
 
-        for channel in idle { channel.close(promise: nil) }
-        try await EventLoopFuture.andAllComplete(idle.map(\.closeFuture), on: loop).get()
+        idle.close()
+        for _ in 0..<1_500 where idle.isOpen { try await Task.sleep(for: .milliseconds(20)) }
+        try #require(!idle.isOpen, "the process holding the connections did not end")
         // The freed descriptors go to the connections still waiting in the backlog (closed by now); a new
         // client is accepted after them.
         try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { connection in
@@ -57,5 +54,31 @@ struct FileDescriptorLimitTests {
         }
         let warnings = server.stop().split(separator: "\n").filter { $0.contains("accepting connections failed") }
         #expect((1...2).contains(warnings.count), "rate-limited warnings:\n\(warnings.joined(separator: "\n"))")
+    }
+}
+
+/// Idle TCP connections held open by a python3 process until ``close()``, which closes its standard input
+/// (a signal may find it blocked: it inherits this process's signal mask).
+final class IdleConnections: Sendable {
+    private let process: Process
+    private let input = Pipe()
+    private static let script = """
+        import socket, sys
+        held = [socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60) for _ in range(int(sys.argv[2]))]
+        sys.stdin.read()
+        """
+
+    init(port: Int, count: Int) throws {
+        self.process = Process()
+        self.process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        self.process.arguments = ["python3", "-c", Self.script, "\(port)", "\(count)"]
+        self.process.standardInput = self.input  // also ends it if this process dies first
+        try self.process.run()
+    }
+
+    var isOpen: Bool { self.process.isRunning }
+
+    func close() {
+        try? self.input.fileHandleForWriting.close()
     }
 }

@@ -29,9 +29,12 @@ import Testing
 ///   `{"partial_then_drop_hex": "..."}` (raw bytes, then the TCP connection closes).
 @Suite("Bad input catalogue", .timeLimit(.minutes(5)))
 struct BadInputCatalogueTests {
+    /// Each case has a server, a client and the server's end: all 180 at once held 540 sockets.
+    static let sockets = ConcurrencyLimit(16)
+
     @Test("every malformed input has its defined outcome", arguments: BadInputCase.all)
     func catalogue(_ badInput: BadInputCase) async throws {
-        try await badInput.run()
+        try await Self.sockets.run { try await badInput.run() }
     }
 
     @Test("the catalogue covers at least 60 inputs in every dialect and every row it names")

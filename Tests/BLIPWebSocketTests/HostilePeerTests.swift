@@ -122,6 +122,10 @@ struct HostilePeerTests {
         configuration.connection.maximumQueuedReplyBytes = 1 << 20
         // Handlers that lag on a busy machine would pause reading for their own reason: not what is tested.
         configuration.connection.maximumConcurrentHandlers = 100_000
+        // Requests waiting for those handlers are held within the buffer budget (64 MiB by default, the
+        // whole stream): the bound checked below is the two limits together, plus the sockets' buffers.
+        configuration.connection.incomingBufferBudget = 8 << 20
+        configuration.connection.incomingBufferHardLimit = 16 << 20
         try await withWatchedServer(configuration, router: standardRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
