@@ -101,11 +101,20 @@ public struct BLIPConnection: Sendable, Hashable {
     /// - Parameter request: The request; its `Profile` property says what it is for.
     /// - Parameter timeout: How long to wait for the reply (nil: ``Configuration/requestTimeout``). Past
     ///   it the request is cancelled as above and this throws ``BLIPConnectionError/Code/timedOut``.
-    public func sendRequest(_ request: BLIPRequest, timeout: Duration? = nil) async throws -> BLIPResponse {
+    /// - Parameter progress: Told where the request is as it goes, up to a final report
+    ///   (``BLIPMessageProgress``).
+    public func sendRequest(
+        _ request: BLIPRequest,
+        timeout: Duration? = nil,
+        progress: BLIPProgressHandler? = nil
+    ) async throws -> BLIPResponse {
+        let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
         guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendRequest(request)
+            return try await self.core.sendRequest(request, progress: reporter)
         }
-        return try await Self.withTimeout(timeout, of: request) { try await self.core.sendRequest(request) }
+        return try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendRequest(request, progress: reporter)
+        }
     }
 
     /// Sends a request whose body is produced as it goes (a 1 GiB body never has to sit in memory), and
@@ -113,19 +122,22 @@ public struct BLIPConnection: Sendable, Hashable {
     ///
     /// - Parameter request: The request's properties, urgency and compression; its own body is not sent.
     /// - Parameter body: The body's pieces, read as the connection can send them.
-    /// - Parameter timeout: As for ``sendRequest(_:timeout:)``. The body is cancelled if it is still being
-    ///   produced then: before its first frame left, nothing is sent; after, the connection closes (1011),
-    ///   since BLIP cannot abort a message.
+    /// - Parameter timeout: As for ``sendRequest(_:timeout:progress:)``. The body is cancelled if it is
+    ///   still being produced then: before its first frame left, nothing is sent; after, the connection
+    ///   closes (1011), since BLIP cannot abort a message.
+    /// - Parameter progress: As for ``sendRequest(_:timeout:progress:)``.
     public func sendRequest<Body: AsyncSequence & Sendable>(
         _ request: BLIPRequest,
         body: Body,
-        timeout: Duration? = nil
+        timeout: Duration? = nil,
+        progress: BLIPProgressHandler? = nil
     ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
+        let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
         guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendRequest(request, body: body)
+            return try await self.core.sendRequest(request, body: body, progress: reporter)
         }
         return try await Self.withTimeout(timeout, of: request) {
-            try await self.core.sendRequest(request, body: body)
+            try await self.core.sendRequest(request, body: body, progress: reporter)
         }
     }
 
@@ -134,15 +146,20 @@ public struct BLIPConnection: Sendable, Hashable {
     ///
     /// - Parameter request: The request.
     /// - Parameter timeout: How long to wait for the reply's properties; reading the body is not timed.
+    /// - Parameter progress: As for ``sendRequest(_:timeout:progress:)``; reports go on after this returns,
+    ///   until the reply's last frame has arrived (not until it is read). Dropping the body before then
+    ///   ends them with ``BLIPMessageProgress/State/failed``.
     public func sendRequestStreamingReply(
         _ request: BLIPRequest,
-        timeout: Duration? = nil
+        timeout: Duration? = nil,
+        progress: BLIPProgressHandler? = nil
     ) async throws -> BLIPStreamedResponse {
+        let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
         guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendRequestStreamingReply(request)
+            return try await self.core.sendRequestStreamingReply(request, progress: reporter)
         }
         return try await Self.withTimeout(timeout, of: request) {
-            try await self.core.sendRequestStreamingReply(request)
+            try await self.core.sendRequestStreamingReply(request, progress: reporter)
         }
     }
 
@@ -151,11 +168,20 @@ public struct BLIPConnection: Sendable, Hashable {
     ///
     /// - Parameter request: The request.
     /// - Parameter timeout: How long sending may take; past it a request not yet started is dropped.
-    public func sendNoReply(_ request: BLIPRequest, timeout: Duration? = nil) async throws {
+    /// - Parameter progress: As for ``sendRequest(_:timeout:progress:)``; the request is complete once its
+    ///   last frame has left.
+    public func sendNoReply(
+        _ request: BLIPRequest,
+        timeout: Duration? = nil,
+        progress: BLIPProgressHandler? = nil
+    ) async throws {
+        let reporter = progress.map { ProgressReporter(expectsReply: false, $0) }
         guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendNoReply(request)
+            return try await self.core.sendNoReply(request, progress: reporter)
         }
-        try await Self.withTimeout(timeout, of: request) { try await self.core.sendNoReply(request) }
+        try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendNoReply(request, progress: reporter)
+        }
     }
 
     /// Requests whose `Profile` no handler serves, when the configuration delivers them

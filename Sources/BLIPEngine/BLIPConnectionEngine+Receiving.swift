@@ -24,7 +24,7 @@ extension BLIPConnectionEngine {
         case .unknownType, .malformedACK:
             return BLIPReceiveResult()  // ignored, as LiteCore and go-blip do
         case .ack(let ack):
-            return BLIPReceiveResult(wakeWriter: self.receivedACK(ack, now: now))
+            return self.receivedACK(ack, now: now)
         case .data(let data):
             return try self.receivedData(data)
         }

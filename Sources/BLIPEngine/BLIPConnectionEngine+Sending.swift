@@ -243,7 +243,8 @@ extension BLIPConnectionEngine {
                 length: encoded.frameLength,
                 message: state.id,
                 isFirstFrame: isFirstFrame,
-                isLastFrame: isLastFrame
+                isLastFrame: isLastFrame,
+                messageBytesSent: state.bytesSent
             )
         )
     }
@@ -258,13 +259,15 @@ extension BLIPConnectionEngine {
         self.outbox.push(state, isNew: isNew)
     }
 
-    /// An ACK from the peer for one of our messages. Returns whether a paused message resumed.
-    func receivedACK(_ ack: BLIPACKFrame, now: NIODeadline) -> Bool {
+    /// An ACK from the peer for one of our messages. Says whether a paused message resumed.
+    func receivedACK(_ ack: BLIPACKFrame, now: NIODeadline) -> BLIPReceiveResult {
         let key = BLIPIncomingID(isRequest: ack.acknowledgedType == .request, number: ack.header.messageNumber)
         // ACKs for unknown or finished messages, and counts above what was sent, are ignored (LiteCore).
-        guard let state = self.sending[key], ack.byteCount <= UInt64(state.bytesSent) else { return false }
+        guard let state = self.sending[key], ack.byteCount <= UInt64(state.bytesSent) else {
+            return BLIPReceiveResult()
+        }
         let count = Int(ack.byteCount)
-        guard count > state.bytesAcknowledged else { return false }
+        guard count > state.bytesAcknowledged else { return BLIPReceiveResult() }
         let newlyAcknowledged = count - state.bytesAcknowledged
         state.bytesAcknowledged = count
         var roundTrip: TimeAmount?
@@ -279,11 +282,14 @@ extension BLIPConnectionEngine {
             now: now
         )
         state.wasWindowLimited = state.isPaused
-        guard state.isPaused, state.unacknowledgedBytes < self.window.size else { return false }
+        let acknowledged = BLIPAcknowledgement(message: state.id, bytes: count)
+        guard state.isPaused, state.unacknowledgedBytes < self.window.size else {
+            return BLIPReceiveResult(acknowledged: acknowledged)
+        }
         state.isPaused = false
-        guard !state.isStarved, !state.isQueued else { return false }
+        guard !state.isStarved, !state.isQueued else { return BLIPReceiveResult(acknowledged: acknowledged) }
         self.queue(state, isNew: false)
-        return true
+        return BLIPReceiveResult(wakeWriter: true, acknowledged: acknowledged)
     }
 }
 

@@ -35,10 +35,24 @@ public struct BLIPReceiveResult: Sendable {
     public var event: BLIPEngineEvent?
     /// Frames became ready to send (an ACK is due, a paused message resumed, an automatic reply).
     public var wakeWriter: Bool
+    /// An ACK raised the count of acknowledged bytes of one of our messages.
+    public var acknowledged: BLIPAcknowledgement?
 
-    public init(event: BLIPEngineEvent? = nil, wakeWriter: Bool = false) {
+    public init(event: BLIPEngineEvent? = nil, wakeWriter: Bool = false, acknowledged: BLIPAcknowledgement? = nil) {
         self.event = event
         self.wakeWriter = wakeWriter
+        self.acknowledged = acknowledged
+    }
+}
+
+/// The peer's ACK of one of our messages: how many of its frame data bytes it has received so far.
+public struct BLIPAcknowledgement: Hashable, Sendable {
+    public var message: BLIPOutgoingID
+    public var bytes: Int
+
+    public init(message: BLIPOutgoingID, bytes: Int) {
+        self.message = message
+        self.bytes = bytes
     }
 }
 
@@ -51,6 +65,8 @@ public struct BLIPSentFrame: Hashable, Sendable {
     public var isFirstFrame: Bool
     /// The message's last frame: it has been handed over whole.
     public var isLastFrame: Bool
+    /// Frame data bytes of the message sent so far, this frame's included (the unit of ACKs).
+    public var messageBytesSent: Int = 0
 }
 
 /// The result of ``BLIPConnectionEngine/nextFrame(into:now:)``.

@@ -10,7 +10,8 @@ import Testing
 /// or throws once, with the outcome the ending implies, within a bounded time, and the connection keeps no
 /// bookkeeping for it afterwards. The peer is an engine driven frame by frame (``ScriptedPeer``), so each
 /// ending happens at a chosen moment: after the request reached the peer, while a streamed body is still
-/// being produced, before a no-reply request has left.
+/// being produced, before a no-reply request has left. Each call also reports its progress: in order, ending
+/// in exactly one final report that agrees with the outcome.
 @Suite("Exactly once: every send API against every ending", .timeLimit(.minutes(2)))
 struct ExactlyOnceTableTests {
     enum API: String, CaseIterable, Sendable {
@@ -121,6 +122,7 @@ struct ExactlyOnceTableTests {
         let connection = BLIPConnection(transport: transport)
         let peer = ScriptedPeer(transport: transport)
         let gate = Gate()
+        let progress = ProgressLog()
         var request = BLIPRequest(profile: "table", body: ByteBuffer(repeating: 0x61, count: 1_000))
         if cell.ending == .encodingFailure { request.properties["Bad"] = "a\u{0}b" }
 
@@ -130,14 +132,23 @@ struct ExactlyOnceTableTests {
             do {
                 switch cell.api {
                 case .plain:
-                    _ = try await connection.sendRequest(request, timeout: timeout)
+                    _ = try await connection.sendRequest(request, timeout: timeout, progress: progress.record)
                 case .streamedBody:
-                    _ = try await connection.sendRequest(request, body: GatedBody(gate: gate), timeout: timeout)
+                    _ = try await connection.sendRequest(
+                        request,
+                        body: GatedBody(gate: gate),
+                        timeout: timeout,
+                        progress: progress.record
+                    )
                 case .streamedReply:
-                    let reply = try await connection.sendRequestStreamingReply(request, timeout: timeout)
+                    let reply = try await connection.sendRequestStreamingReply(
+                        request,
+                        timeout: timeout,
+                        progress: progress.record
+                    )
                     _ = try await reply.body.collect(upTo: 1 << 20)
                 case .noReply:
-                    try await connection.sendNoReply(request, timeout: timeout)
+                    try await connection.sendNoReply(request, timeout: timeout, progress: progress.record)
                 }
                 return nil
             } catch let error as BLIPConnectionError {
@@ -162,6 +173,9 @@ struct ExactlyOnceTableTests {
 
         let outcome = try #require(await self.outcome(of: call, peer: peer, cell: cell))
         #expect(outcome == cell.ending.expected(for: cell.api), "ended with \(outcome ?? "success")")
+        // A reply or an ERR reply completes the message; anything else fails it.
+        let completes = outcome == nil || outcome == "BLIPError"
+        await progress.check(endsIn: completes ? .complete : .failed)
         if cell.api == .streamedBody && cell.ending != .bodyFailure { gate.decide(false) }
 
         // A cancelled (or timed-out) request that had left is still answered by the peer: the connection drops the reply
@@ -265,5 +279,34 @@ extension ScriptedPeer {
             if case .messageStarted(let message) = event, message.type == .request { return message.id.number }
         }
         return nil
+    }
+}
+
+/// Every progress report of one request, checked for the promises of ``BLIPMessageProgress``.
+final class ProgressLog: Sendable {
+    private let reports = Mutex<[BLIPMessageProgress]>([])
+
+    var all: [BLIPMessageProgress] { self.reports.withLock { $0 } }
+
+    @Sendable func record(_ progress: BLIPMessageProgress) {
+        self.reports.withLock { $0.append(progress) }
+    }
+
+    /// Waits (at most 5 s: the final report may come just after the call ended) for the final report, then
+    /// checks that it is `final`, that it is the only final one and the last, and that no value went down.
+    func check(endsIn final: BLIPMessageProgress.State, sourceLocation: SourceLocation = #_sourceLocation) async {
+        for _ in 0..<500 where !(self.all.last?.state.isFinal ?? false) {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let reports = self.all
+        #expect(reports.last?.state == final, "\(reports)", sourceLocation: sourceLocation)
+        #expect(reports.filter(\.state.isFinal).count == 1, "\(reports)", sourceLocation: sourceLocation)
+        for (earlier, later) in zip(reports, reports.dropFirst()) {
+            let grows =
+                earlier.state <= later.state && earlier.bytesSent <= later.bytesSent
+                && earlier.bytesAcknowledged <= later.bytesAcknowledged
+                && earlier.replyBytesReceived <= later.replyBytesReceived
+            #expect(grows && earlier != later, "\(earlier) then \(later)", sourceLocation: sourceLocation)
+        }
     }
 }

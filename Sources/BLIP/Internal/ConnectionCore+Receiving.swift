@@ -22,6 +22,9 @@ extension ConnectionCore {
                 return
             }
             effects.wakeWriter = result.wakeWriter
+            if let acknowledged = result.acknowledged, !state.progress.isEmpty {
+                self.progressAcknowledged(acknowledged, &state, effects: &effects)
+            }
             if let event = result.event { self.handle(event, &state, effects: &effects) }
             // Property blocks still arriving are held by the engine: they count too.
             if state.closeError == nil && self.checkHardLimit(&state, effects: &effects) {
@@ -60,6 +63,8 @@ extension ConnectionCore {
             if let request, let waiter = state.replyWaiters.removeValue(forKey: request) {
                 Self.fail(waiter, failure, effects: &effects)
             }
+            if let request { self.progressFailed(request: request, &state, effects: &effects) }
+            self.progressFailed(reply: id, &state, effects: &effects)
             self.failStream(&state, id, failure, effects: &effects)
             self.log(
                 .debug,
@@ -98,8 +103,18 @@ extension ConnectionCore {
             }
         case .reply(var assembly, let waiter):
             guard self.grow(&assembly, id, with: body, &state, effects: &effects) else {
+                self.progressFailed(reply: id, &state, effects: &effects)
                 Self.fail(waiter, state.closeError ?? self.tooLargeError(id), effects: &effects)
                 return
+            }
+            if !state.replyProgress.isEmpty {
+                self.progressReplyReceived(
+                    id,
+                    bytes: body.readableBytes,
+                    isComplete: isComplete,
+                    &state,
+                    effects: &effects
+                )
             }
             if isComplete {
                 self.assemblyEnded(id, assembly, &state)
@@ -110,6 +125,15 @@ extension ConnectionCore {
             }
         case .streamed:
             if !isComplete { state.inbound[id] = .streamed }
+            if !state.replyProgress.isEmpty {
+                self.progressReplyReceived(
+                    id,
+                    bytes: body.readableBytes,
+                    isComplete: isComplete,
+                    &state,
+                    effects: &effects
+                )
+            }
             self.yield(body, isComplete: isComplete, to: id, &state, effects: &effects)
         }
     }
@@ -335,10 +359,14 @@ extension ConnectionCore {
             return
         }
         if let token = state.tokenOfMessage.removeValue(forKey: request) { state.tokens.removeValue(forKey: token) }
+        if !state.progress.isEmpty { self.progressReplyStarted(message, to: request, &state, effects: &effects) }
         if case .streamed(let continuation) = waiter, message.type == .response {
             state.streams[message.id] = BodyStreamState()
             if !message.isComplete { state.inbound[message.id] = .streamed }
             self.yield(message.body, isComplete: message.isComplete, to: message.id, &state, effects: &effects)
+            if message.isComplete {
+                self.progressReplyReceived(message.id, bytes: 0, isComplete: true, &state, effects: &effects)
+            }
             let response = BLIPStreamedResponse(
                 properties: message.properties,
                 body: BLIPBodyStream(source: BodyStreamSource(core: self, id: message.id))
@@ -350,13 +378,16 @@ extension ConnectionCore {
         // A whole reply, or an ERR (an ERR for a streamed reply is read whole and thrown).
         if message.isComplete {
             guard message.body.readableBytes <= self.wholeBodyLimit else {
+                self.progressFailed(reply: message.id, &state, effects: &effects)
                 Self.fail(waiter, self.tooLargeError(message.id), effects: &effects)
                 return
             }
+            self.progressReplyReceived(message.id, bytes: 0, isComplete: true, &state, effects: &effects)
             self.replyComplete(message, body: message.body, waiter: waiter, effects: &effects)
         } else if let assembly = self.startAssembly(message, &state, effects: &effects) {
             state.inbound[message.id] = .reply(assembly, waiter: waiter)
         } else {
+            self.progressFailed(reply: message.id, &state, effects: &effects)
             Self.fail(waiter, state.closeError ?? self.tooLargeError(message.id), effects: &effects)
         }
     }

@@ -9,23 +9,25 @@ internal import Synchronization
 extension ConnectionCore {
     // MARK: - Requests
 
-    func sendRequest(_ request: BLIPRequest) async throws -> BLIPResponse {
+    func sendRequest(_ request: BLIPRequest, progress: ProgressReporter?) async throws -> BLIPResponse {
         let token = self.makeToken()
+        let message = self.outgoing(request, body: .buffer(request.body))
         return try await withTaskCancellationHandler {
-            try await self.awaitReply(self.outgoing(request, body: .buffer(request.body)), token: token, started: nil) {
-                .whole($0)
-            }
+            try await self.awaitReply(message, token: token, progress: progress, started: nil) { .whole($0) }
         } onCancel: {
             self.cancel(token: token)
         }
     }
 
-    func sendRequestStreamingReply(_ request: BLIPRequest) async throws -> BLIPStreamedResponse {
+    func sendRequestStreamingReply(
+        _ request: BLIPRequest,
+        progress: ProgressReporter?
+    ) async throws -> BLIPStreamedResponse {
         var message = self.outgoing(request, body: .buffer(request.body))
         message.streamsReply = true
         let token = self.makeToken()
         return try await withTaskCancellationHandler {
-            try await self.awaitReply(message, token: token, started: nil) { .streamed($0) }
+            try await self.awaitReply(message, token: token, progress: progress, started: nil) { .streamed($0) }
         } onCancel: {
             self.cancel(token: token)
         }
@@ -36,7 +38,8 @@ extension ConnectionCore {
     /// one already started cannot be finished, so the connection closes (BLIP cannot abort a message).
     func sendRequest<Body: AsyncSequence & Sendable>(
         _ request: BLIPRequest,
-        body: Body
+        body: Body,
+        progress: ProgressReporter?
     ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
         let message = self.outgoing(request, body: .streamed)
         let token = self.makeToken()
@@ -44,7 +47,9 @@ extension ConnectionCore {
             try await withThrowingTaskGroup(of: BLIPResponse?.self) { group in
                 let (queued, started) = AsyncStream.makeStream(of: BLIPOutgoingID.self)
                 group.addTask {
-                    try await self.awaitReply(message, token: token, started: started) { .whole($0) }
+                    try await self.awaitReply(message, token: token, progress: progress, started: started) {
+                        .whole($0)
+                    }
                 }
                 group.addTask {
                     var ids = queued.makeAsyncIterator()
@@ -81,6 +86,7 @@ extension ConnectionCore {
             if let waiter = state.demandWaiters.removeValue(forKey: id) {
                 effects.later { waiter.resume(throwing: error) }
             }
+            self.progressFailed(request: id, &state, effects: &effects)
             self.abandonOutgoing(id, &state, effects: &effects)
         }
         self.perform(effects)
@@ -98,7 +104,7 @@ extension ConnectionCore {
         }
     }
 
-    func sendNoReply(_ request: BLIPRequest) async throws {
+    func sendNoReply(_ request: BLIPRequest, progress: ProgressReporter?) async throws {
         var message = self.outgoing(request, body: .buffer(request.body))
         message.isNoReply = true
         let token = self.makeToken()
@@ -110,6 +116,7 @@ extension ConnectionCore {
                         let id = self.enqueue(
                             message,
                             token: token,
+                            progress: progress,
                             &state,
                             effects: &effects,
                             onError: {
@@ -145,6 +152,7 @@ extension ConnectionCore {
     private func awaitReply<Reply>(
         _ message: BLIPOutgoingMessage,
         token: UInt64,
+        progress: ProgressReporter?,
         started: AsyncStream<BLIPOutgoingID>.Continuation?,
         waiter: @escaping (CheckedContinuation<Reply, any Error>) -> ReplyWaiter
     ) async throws -> Reply {
@@ -155,6 +163,7 @@ extension ConnectionCore {
                     let id = self.enqueue(
                         message,
                         token: token,
+                        progress: progress,
                         &state,
                         effects: &effects,
                         onError: {
@@ -176,32 +185,34 @@ extension ConnectionCore {
     func enqueue(
         _ message: BLIPOutgoingMessage,
         token: UInt64?,
+        progress: ProgressReporter?,
         _ state: inout State,
         effects: inout Effects,
         onError: @escaping @Sendable (any Error) -> Void
     ) -> BLIPOutgoingID? {
+        let failure: any Error
         if let closeError = state.closeError {
-            effects.later { onError(closeError) }
-            return nil
-        }
-        if let token, state.cancelledTokens.remove(token) != nil {
-            effects.later { onError(CancellationError()) }
-            return nil
-        }
-        do throws(BLIPEngineError) {
-            let (id, wake) = try state.engine.enqueue(message)
-            if let token {
-                state.tokens[token] = id
-                state.tokenOfMessage[id] = token
+            failure = closeError
+        } else if let token, state.cancelledTokens.remove(token) != nil {
+            failure = CancellationError()
+        } else {
+            do throws(BLIPEngineError) {
+                let (id, wake) = try state.engine.enqueue(message)
+                if let token {
+                    state.tokens[token] = id
+                    state.tokenOfMessage[id] = token
+                }
+                if let progress { self.progressQueued(id, progress, &state, effects: &effects) }
+                effects.wakeWriter = effects.wakeWriter || wake
+                effects.counts.messagesSent += 1
+                return id
+            } catch {
+                failure = self.connectionError(from: error)
             }
-            effects.wakeWriter = effects.wakeWriter || wake
-            effects.counts.messagesSent += 1
-            return id
-        } catch {
-            let failure = self.connectionError(from: error)
-            effects.later { onError(failure) }
-            return nil
         }
+        if let progress { effects.later { progress.report(.failed) } }
+        effects.later { onError(failure) }
+        return nil
     }
 
     /// The caller of a request gave up: the engine drops it if it has not started, else finishes it and
@@ -214,6 +225,7 @@ extension ConnectionCore {
                 return
             }
             state.tokenOfMessage.removeValue(forKey: id)
+            self.progressFailed(request: id, &state, effects: &effects)
             if let waiter = state.replyWaiters.removeValue(forKey: id) {
                 Self.fail(waiter, CancellationError(), effects: &effects)
             }
@@ -372,6 +384,7 @@ extension ConnectionCore {
                 return frame
             }
             if let id = frame.message {
+                if !state.progress.isEmpty { self.progressSent(frame, of: id, &state, effects: &effects) }
                 if frame.isLastFrame, let waiter = state.sendWaiters.removeValue(forKey: id) {
                     if let token = state.tokenOfMessage.removeValue(forKey: id) {
                         state.tokens.removeValue(forKey: token)

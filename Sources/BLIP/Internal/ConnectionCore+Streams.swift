@@ -130,6 +130,7 @@ extension ConnectionCore {
     func abandonStream(_ id: BLIPIncomingID) {
         var effects = Effects()
         self.state.withLockedValue { state in
+            self.progressFailed(reply: id, &state, effects: &effects)
             guard let stream = state.streams.removeValue(forKey: id) else { return }
             Self.consumed(id, bytes: stream.keptBytes, &state, effects: &effects)
             self.release(stream.keptBytes, &state, effects: &effects)

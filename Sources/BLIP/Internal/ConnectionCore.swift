@@ -117,6 +117,10 @@ final class ConnectionCore: Sendable {
         var requestedClose: BLIPCloseReason?
         var closeWaiters: [CheckedContinuation<BLIPCloseStatus, Never>] = []
         var statistics = BLIPConnectionStatistics()
+        /// Our requests that report progress, until their reply starts; then their replies (see
+        /// ConnectionCore+Progress).
+        var progress: [BLIPOutgoingID: ProgressReporter] = [:]
+        var replyProgress: [BLIPIncomingID: ReplyProgress] = [:]
     }
 
     /// What to do after leaving the lock.
@@ -295,7 +299,8 @@ final class ConnectionCore: Sendable {
             state.replyWaiters.count + state.sendWaiters.count + state.demandWaiters.count + state.tokens.count
                 + state.tokenOfMessage.count + state.inbound.count + state.streams.count + state.unhandled.count
                 + state.pendingWork.count + state.withheld.count + state.engine.outgoingCount
-                + state.engine.awaitingReplyCount + state.engine.incomingCount
+                + state.engine.awaitingReplyCount + state.engine.incomingCount + state.progress.count
+                + state.replyProgress.count
         }
     }
 
@@ -343,6 +348,7 @@ final class ConnectionCore: Sendable {
         for waiter in state.sendWaiters.values { effects.later { waiter.resume(throwing: error) } }
         for waiter in state.demandWaiters.values { effects.later { waiter.resume(throwing: error) } }
         for id in state.streams.keys { self.failStream(&state, id, error, effects: &effects) }
+        self.progressFailedAll(&state, effects: &effects)
         if let waiter = state.unhandledWaiter { effects.later { waiter.resume(returning: nil) } }
         for waiter in state.closeWaiters { effects.later { waiter.resume(returning: status) } }
         // Unanswered requests answer themselves when they go, and a request for a handler that will not
