@@ -21,7 +21,12 @@ public enum BLIPWebSocketClient {
         /// How many redirects (301, 302, 303, 307, 308) of the handshake are followed; 0 turns following
         /// off, and a redirect then fails with a ``BLIPHandshakeError`` of kind `redirect`.
         public var maximumRedirects = 5
+        /// How long the TCP connection may take.
         public var connectTimeout = TimeAmount.seconds(10)
+        /// How long the TLS and WebSocket handshakes may take once connected (each redirect anew): a
+        /// server that accepts and never answers fails the connect with
+        /// ``BLIP/BLIPConnectionError/Code/timedOut`` instead of holding it forever.
+        public var handshakeTimeout = TimeAmount.seconds(30)
         public var tls = TLS()
         /// WebSocket ping every this often; nil or zero turns the heartbeat off.
         public var heartbeatInterval: TimeAmount? = .seconds(300)
@@ -241,6 +246,11 @@ public enum BLIPWebSocketClient {
         channel.closeFuture.whenComplete { _ in
             result.fail(BLIPConnectionError(.handshakeFailed, "the connection closed during the WebSocket handshake"))
         }
+        let timeout = configuration.handshakeTimeout
+        let deadline = channel.eventLoop.scheduleTask(in: timeout) {
+            result.fail(BLIPConnectionError(.timedOut, "\(url) did not complete the handshake within \(timeout)"))
+        }
+        result.futureResult.whenComplete { _ in deadline.cancel() }
         do {
             let transport = try await result.futureResult.get()
             logger.debug(

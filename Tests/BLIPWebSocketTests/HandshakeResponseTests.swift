@@ -226,6 +226,24 @@ struct HandshakeResponseTests {
         }
         #expect(error?.code == .transportFailed)
     }
+
+    /// A server that accepts the TCP connection and never answers, in plain text and where TLS is
+    /// expected: the connect gives up at the handshake timeout instead of waiting forever.
+    @Test("a server that accepts and never answers: the connect times out", arguments: ["ws", "wss"])
+    func silentServer(scheme: String) async throws {
+        let silent = try await ServerBootstrap(group: Self.group).bind(host: "127.0.0.1", port: 0).get()
+        defer { silent.close(promise: nil) }
+        var configuration = Self.quiet
+        configuration.handshakeTimeout = .milliseconds(300)
+        let url = "\(scheme)://127.0.0.1:\(silent.localAddress!.port!)/"
+        let started = ContinuousClock.now
+        let error = await #expect(throws: BLIPConnectionError.self) {
+            try await BLIPWebSocketClient.openTransport(to: url, configuration: configuration)
+        }
+        #expect(error?.code == .timedOut, "\(String(describing: error))")
+        // Bounded: a hang shows up as the suite's time limit instead.
+        #expect(ContinuousClock.now - started < .seconds(60))
+    }
 }
 
 @Suite("WWW-Authenticate challenges (RFC 7235)")
