@@ -15,7 +15,7 @@ swift test --skip-build --enable-code-coverage 2>&1 | tee .build/test-output.txt
 # Logs can bury a failure far above the end of the output: repeat every recorded issue here.
 if [ "$status" -ne 0 ]; then
     echo "== failures"
-    grep -a -E "^✘ .*(recorded an issue|failed)" .build/test-output.txt | cut -c1-600 | head -n 60 || true
+    grep -a -E "^✘ .*(recorded an issue|failed)" .build/test-output.txt | grep -v "Test run with" | cut -c1-600 | head -n 60 || true
 fi
 # Swift Testing's summary line last.
 grep -a -E "^(✔|✘) Test run with" .build/test-output.txt | tail -n 1

@@ -1,10 +1,11 @@
-import BLIP
 import BLIPEngine
 import BLIPWire
 import Logging
 import NIOCore
 import Synchronization
 import Testing
+
+@testable import BLIP
 
 /// The bugs of "every request resolves exactly once" found by review, each reproduced as it was reported.
 @Suite("Exactly once: regressions", .timeLimit(.minutes(2)))
@@ -86,6 +87,44 @@ struct ResolutionRegressionTests {
     }
 
     // MARK: - A large ERR answering a streamed reply
+
+    /// Cancelling a call whose reply has started reaches the connection after the request's token was
+    /// retired; the token used to be kept for good, as if for a request not yet queued.
+    @Test("cancelling a call after its reply started leaves no token behind")
+    func lateCancellation() async throws {
+        let transport = ManualTransport()
+        let connection = BLIPConnection(transport: transport)
+        let peer = ScriptedPeer(transport: transport)
+        let call = Task { try await connection.sendRequest(BLIPRequest(profile: "big")) }
+        var number: UInt64?
+        for _ in 0..<2_000 where number == nil {
+            try peer.receive()
+            number =
+                peer.events.lazy.compactMap { event -> UInt64? in
+                    guard case .messageStarted(let message) = event, message.type == .request else { return nil }
+                    return message.id.number
+                }.first
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        // A reply larger than the send window: its first frames arrive, the rest waits for ACKs.
+        let requestNumber = try #require(number)
+        _ = try peer.engine.enqueue(
+            BLIPOutgoingMessage(.response(toRequest: requestNumber), properties: [:], body: .buffer(pattern(1 << 20)))
+        )
+        try peer.flush()
+        call.cancel()
+        // The reply is not abandoned once it has started: the call gets it.
+        for _ in 0..<5_000 {
+            try peer.receive()
+            try peer.flush()
+            if connection.core.pendingBookkeeping == 0 { break }
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        let reply = try await call.value
+        #expect(reply.body.readableBytes == 1 << 20)
+        #expect(connection.core.pendingBookkeeping == 0, "\(connection.stateDescription)")
+        await connection.close()
+    }
 
     @Test("a large ERR reply to sendRequestStreamingReply is thrown", arguments: [1_000, 600_000])
     func largeErrorToStreamedReply(size: Int) async throws {

@@ -48,7 +48,10 @@ struct FileDescriptorLimitTests {
         try #require(!idle.isOpen, "the process holding the connections did not end")
         // The freed descriptors go to the connections still waiting in the backlog (closed by now); a new
         // client is accepted after them.
-        try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { connection in
+        var configuration = BLIPWebSocketClient.Configuration()
+        configuration.connectTimeout = .seconds(60)  // beside every other suite and stress-ng, 10 s passed
+        try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/", configuration: configuration) {
+            connection in
             let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "back"))
             #expect(String(buffer: reply.body) == "back")
         }

@@ -68,6 +68,8 @@ struct ReplicationSessionTests {
     static var clientConfiguration: BLIPWebSocketClient.Configuration {
         var configuration = BLIPWebSocketClient.Configuration()
         configuration.heartbeatInterval = nil
+        // Slowness is not what is tested: beside every other suite and stress-ng, a connect waited 10 s.
+        configuration.connectTimeout = .seconds(60)
         return configuration
     }
 
@@ -85,7 +87,11 @@ struct ReplicationSessionTests {
 
             // 1. No credentials: a typed 401 with the Basic challenge.
             let refusal = await #expect(throws: BLIPHandshakeError.self) {
-                try await BLIPWebSocketClient.connect(to: url, configuration: Self.clientConfiguration) { _ in }
+                try await BLIPWebSocketClient.connect(
+                    to: url,
+                    configuration: Self.clientConfiguration,
+                    eventLoopGroup: Self.group
+                ) { _ in }
             }
             #expect(refusal?.kind == .unauthorized && refusal?.isTransient == false)
             #expect(refusal?.challenges.first?.scheme.lowercased() == "basic")
@@ -96,7 +102,8 @@ struct ReplicationSessionTests {
             let credentialed = "ws://alice:pa%20ss@127.0.0.1:\(server.port)/db/_blipsync"
             let cookie = try await BLIPWebSocketClient.connect(
                 to: credentialed,
-                configuration: Self.clientConfiguration
+                configuration: Self.clientConfiguration,
+                eventLoopGroup: Self.group
             ) {
                 connection in
                 let response = try #require(connection.handshakeResponse)
@@ -117,8 +124,12 @@ struct ReplicationSessionTests {
             }
             let pending = PendingOutcomes()
             let error = await #expect(throws: BLIPConnectionError.self) {
-                try await BLIPWebSocketClient.connect(to: url, configuration: configuration, router: clientRouter) {
-                    connection in
+                try await BLIPWebSocketClient.connect(
+                    to: url,
+                    configuration: configuration,
+                    router: clientRouter,
+                    eventLoopGroup: Self.group
+                ) { connection in
                     try await Self.replicate(connection, changes: changes, pending: pending)
                 }
             }

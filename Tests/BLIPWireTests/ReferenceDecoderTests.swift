@@ -1,4 +1,5 @@
 import BLIPWire
+import Dispatch
 import Foundation
 import NIOCore
 import Testing
@@ -23,7 +24,7 @@ struct ReferenceDecoderTests {
         .enabled(if: python != nil, "needs python3"),
         arguments: BLIPDialect.allCases
     )
-    func crossCheck(dialect: BLIPDialect) throws {
+    func crossCheck(dialect: BLIPDialect) async throws {
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("blip-ref-\(dialect)-\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -117,9 +118,16 @@ struct ReferenceDecoderTests {
         process.standardOutput = output
         process.standardError = errors
         try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        // Waiting for the decoder blocks a thread: not one of the two of the cooperative pool, which every
+        // other suite needs meanwhile.
+        let (data, errorText) = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let data = output.fileHandleForReading.readDataToEndOfFile()
+                let errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                process.waitUntilExit()
+                continuation.resume(returning: (data, errorText))
+            }
+        }
         try #require(process.terminationStatus == 0, "reference decoder failed: \(errorText)")
 
         let json = try JSONSerialization.jsonObject(with: data) as! [String: [[String: Any]]]

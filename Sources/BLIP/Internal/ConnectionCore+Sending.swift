@@ -11,6 +11,7 @@ extension ConnectionCore {
 
     func sendRequest(_ request: BLIPRequest, progress: ProgressReporter?) async throws -> BLIPResponse {
         let token = self.makeToken()
+        defer { self.forgetLateCancellation(of: token) }
         let message = self.outgoing(request, body: .buffer(request.body))
         return try await withTaskCancellationHandler {
             try await self.awaitReply(message, token: token, progress: progress, started: nil) { .whole($0) }
@@ -26,6 +27,7 @@ extension ConnectionCore {
         var message = self.outgoing(request, body: .buffer(request.body))
         message.streamsReply = true
         let token = self.makeToken()
+        defer { self.forgetLateCancellation(of: token) }
         return try await withTaskCancellationHandler {
             try await self.awaitReply(message, token: token, progress: progress, started: nil) { .streamed($0) }
         } onCancel: {
@@ -43,6 +45,7 @@ extension ConnectionCore {
     ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
         let message = self.outgoing(request, body: .streamed)
         let token = self.makeToken()
+        defer { self.forgetLateCancellation(of: token) }
         return try await withTaskCancellationHandler {
             try await withThrowingTaskGroup(of: BLIPResponse?.self) { group in
                 let (queued, started) = AsyncStream.makeStream(of: BLIPOutgoingID.self)
@@ -108,6 +111,7 @@ extension ConnectionCore {
         var message = self.outgoing(request, body: .buffer(request.body))
         message.isNoReply = true
         let token = self.makeToken()
+        defer { self.forgetLateCancellation(of: token) }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 var effects = Effects()
@@ -146,6 +150,14 @@ extension ConnectionCore {
 
     private func makeToken() -> UInt64 {
         self.nextToken.add(1, ordering: .relaxed).oldValue
+    }
+
+    /// A cancellation that came after the message had left the token tables (its reply had started, or it
+    /// had been sent, or the connection had closed) was taken for one that came before queueing, and its
+    /// token kept to refuse the message: forget it once the call is over. Only a cancelled call pays.
+    private func forgetLateCancellation(of token: UInt64) {
+        guard Task.isCancelled else { return }
+        self.state.withLockedValue { _ = $0.cancelledTokens.remove(token) }
     }
 
     /// Queues a request and waits for its reply. `started` learns the message's handle once queued.

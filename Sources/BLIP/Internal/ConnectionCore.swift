@@ -300,7 +300,7 @@ final class ConnectionCore: Sendable {
                 + state.tokenOfMessage.count + state.inbound.count + state.streams.count + state.unhandled.count
                 + state.pendingWork.count + state.withheld.count + state.engine.outgoingCount
                 + state.engine.awaitingReplyCount + state.engine.incomingCount + state.progress.count
-                + state.replyProgress.count
+                + state.replyProgress.count + state.cancelledTokens.count
         }
     }
 
