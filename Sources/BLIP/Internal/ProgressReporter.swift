@@ -1,4 +1,4 @@
-internal import Synchronization
+internal import NIOConcurrencyHelpers
 
 /// Hands one request's progress to the application's handler: in order, one report at a time, and never
 /// under a lock, although reports come from whichever thread moved the request along.
@@ -9,7 +9,8 @@ internal import Synchronization
 /// cancelling its request) only leaves a value for the delivery that called it.
 final class ProgressReporter: Sendable {
     private let handler: BLIPProgressHandler
-    private let box = Mutex(Box())
+    /// NIO's lock, as the connection's: ThreadSanitizer follows it (see Docs/Testing.md).
+    private let box = NIOLockedValueBox(Box())
     /// False for a no-reply request, which is complete once sent.
     let expectsReply: Bool
 
@@ -26,7 +27,7 @@ final class ProgressReporter: Sendable {
 
     /// Merges `update` into the latest value and delivers it unless it adds nothing.
     func report(_ update: BLIPMessageProgress) {
-        let first = self.box.withLock { box -> BLIPMessageProgress? in
+        let first = self.box.withLockedValue { box -> BLIPMessageProgress? in
             guard !(box.delivered?.state.isFinal ?? false) else { return nil }
             box.latest.merge(update)
             guard !box.isDelivering, box.latest != box.delivered else { return nil }
@@ -37,7 +38,7 @@ final class ProgressReporter: Sendable {
         guard var next = first else { return }
         while true {
             self.handler(next)
-            let following = self.box.withLock { box -> BLIPMessageProgress? in
+            let following = self.box.withLockedValue { box -> BLIPMessageProgress? in
                 guard box.latest != box.delivered, !(box.delivered?.state.isFinal ?? false) else {
                     box.isDelivering = false
                     return nil
