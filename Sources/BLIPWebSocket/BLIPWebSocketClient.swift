@@ -21,8 +21,9 @@ public enum BLIPWebSocketClient {
         /// How many redirects (301, 302, 303, 307, 308) of the handshake are followed; 0 turns following
         /// off, and a redirect then fails with a ``BLIPHandshakeError`` of kind `redirect`.
         public var maximumRedirects = 5
-        /// How long the TCP connection may take.
-        public var connectTimeout = TimeAmount.seconds(10)
+        /// How long the TCP connection may take. 30 s: a SYN that is lost is sent again after 1, 3, 7 and
+        /// 15 s, and at 10 s (the earlier default) even loopback connects to a busy server failed.
+        public var connectTimeout = TimeAmount.seconds(30)
         /// How long the TLS and WebSocket handshakes may take once connected (each redirect anew): a
         /// server that accepts and never answers fails the connect with
         /// ``BLIP/BLIPConnectionError/Code/timedOut`` instead of holding it forever.
