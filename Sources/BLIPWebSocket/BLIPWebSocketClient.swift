@@ -26,7 +26,7 @@ public enum BLIPWebSocketClient {
         public var connectTimeout = TimeAmount.seconds(30)
         /// How long the TLS and WebSocket handshakes may take once connected (each redirect anew): a
         /// server that accepts and never answers fails the connect with
-        /// ``BLIP/BLIPConnectionError/Code/timedOut`` instead of holding it forever.
+        /// `BLIPConnectionError.Code.timedOut` instead of holding it forever.
         public var handshakeTimeout = TimeAmount.seconds(30)
         public var tls = TLS()
         /// WebSocket ping every this often; nil or zero turns the heartbeat off.
