@@ -4,7 +4,8 @@ internal import NIOCore
 /// Progress reports of our requests (``BLIPMessageProgress``). A request with a progress handler is in
 /// `state.progress` from its queueing until its reply starts, then in `state.replyProgress` until the
 /// reply's last frame; every way out of those tables reports a final state. Reports go out after the
-/// lock, before the caller's continuation is resumed by the same operation.
+/// lock, before the caller's continuation is resumed by the same operation. Each function first checks
+/// that its table is not empty: without progress handlers, that is all the hot path pays.
 extension ConnectionCore {
     struct ReplyProgress {
         let reporter: ProgressReporter
@@ -23,7 +24,7 @@ extension ConnectionCore {
 
     /// A frame of message `id` left. A no-reply request is complete with its last frame.
     func progressSent(_ frame: BLIPSentFrame, of id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
-        guard let reporter = state.progress[id] else { return }
+        guard !state.progress.isEmpty, let reporter = state.progress[id] else { return }
         var stage: BLIPMessageProgress.State = frame.isLastFrame ? .awaitingReply : .sending
         if frame.isLastFrame && !reporter.expectsReply {
             stage = .complete
@@ -34,7 +35,7 @@ extension ConnectionCore {
     }
 
     func progressAcknowledged(_ ack: BLIPAcknowledgement, _ state: inout State, effects: inout Effects) {
-        guard let reporter = state.progress[ack.message] else { return }
+        guard !state.progress.isEmpty, let reporter = state.progress[ack.message] else { return }
         let update = BLIPMessageProgress(state: .sending, bytesAcknowledged: ack.bytes)
         effects.later { reporter.report(update) }
     }
@@ -46,7 +47,7 @@ extension ConnectionCore {
         _ state: inout State,
         effects: inout Effects
     ) {
-        guard let reporter = state.progress.removeValue(forKey: request) else { return }
+        guard !state.progress.isEmpty, let reporter = state.progress.removeValue(forKey: request) else { return }
         let bytes = reply.body.readableBytes
         state.replyProgress[reply.id] = ReplyProgress(reporter: reporter, bytesReceived: bytes)
         let update = BLIPMessageProgress(state: .receivingReply, replyBytesReceived: bytes)
@@ -60,7 +61,7 @@ extension ConnectionCore {
         _ state: inout State,
         effects: inout Effects
     ) {
-        guard var progress = state.replyProgress[id] else { return }
+        guard !state.replyProgress.isEmpty, var progress = state.replyProgress[id] else { return }
         progress.bytesReceived += bytes
         if isComplete {
             state.replyProgress.removeValue(forKey: id)

@@ -22,7 +22,7 @@ extension ConnectionCore {
                 return
             }
             effects.wakeWriter = result.wakeWriter
-            if let acknowledged = result.acknowledged, !state.progress.isEmpty {
+            if let acknowledged = result.acknowledged {
                 self.progressAcknowledged(acknowledged, &state, effects: &effects)
             }
             if let event = result.event { self.handle(event, &state, effects: &effects) }
@@ -107,15 +107,7 @@ extension ConnectionCore {
                 Self.fail(waiter, state.closeError ?? self.tooLargeError(id), effects: &effects)
                 return
             }
-            if !state.replyProgress.isEmpty {
-                self.progressReplyReceived(
-                    id,
-                    bytes: body.readableBytes,
-                    isComplete: isComplete,
-                    &state,
-                    effects: &effects
-                )
-            }
+            self.progressReplyReceived(id, bytes: body.readableBytes, isComplete: isComplete, &state, effects: &effects)
             if isComplete {
                 self.assemblyEnded(id, assembly, &state)
                 self.release(assembly.charge, &state, effects: &effects)
@@ -125,15 +117,7 @@ extension ConnectionCore {
             }
         case .streamed:
             if !isComplete { state.inbound[id] = .streamed }
-            if !state.replyProgress.isEmpty {
-                self.progressReplyReceived(
-                    id,
-                    bytes: body.readableBytes,
-                    isComplete: isComplete,
-                    &state,
-                    effects: &effects
-                )
-            }
+            self.progressReplyReceived(id, bytes: body.readableBytes, isComplete: isComplete, &state, effects: &effects)
             self.yield(body, isComplete: isComplete, to: id, &state, effects: &effects)
         }
     }
@@ -359,7 +343,7 @@ extension ConnectionCore {
             return
         }
         if let token = state.tokenOfMessage.removeValue(forKey: request) { state.tokens.removeValue(forKey: token) }
-        if !state.progress.isEmpty { self.progressReplyStarted(message, to: request, &state, effects: &effects) }
+        self.progressReplyStarted(message, to: request, &state, effects: &effects)
         if case .streamed(let continuation) = waiter, message.type == .response {
             state.streams[message.id] = BodyStreamState()
             if !message.isComplete { state.inbound[message.id] = .streamed }

@@ -396,7 +396,7 @@ extension ConnectionCore {
                 return frame
             }
             if let id = frame.message {
-                if !state.progress.isEmpty { self.progressSent(frame, of: id, &state, effects: &effects) }
+                self.progressSent(frame, of: id, &state, effects: &effects)
                 if frame.isLastFrame, let waiter = state.sendWaiters.removeValue(forKey: id) {
                     if let token = state.tokenOfMessage.removeValue(forKey: id) {
                         state.tokens.removeValue(forKey: token)
