@@ -411,25 +411,10 @@ struct RequireBasicTests {
             ServerProcess.executable,
             "build the blip product first (swift build --build-tests)"
         )
-        // Started on a Dispatch thread: it waits for the child's first line, which would hold one of the two
-        // threads of Swift concurrency on a two-core machine.
-        let server = try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(
-                    with: Result {
-                        UncheckedServer(try ServerProcess(executable, arguments: ["--require-basic", "alice:s3cret"]))
-                    }
-                )
-            }
-        }.server
-        defer { _ = server.stop() }
+        let server = try await ServerProcess.start(executable, arguments: ["--require-basic", "alice:s3cret"])
+        defer { _ = server.stop() }  // at once if the test failed before the end; a no-op otherwise
         Self.expectRefused(await Self.whoami(port: server.port, authorization: Self.wrongPassword))
         #expect(try await Self.whoami(port: server.port, authorization: Self.right).get() == "alice")
+        _ = await server.stopped()
     }
-}
-
-/// A ServerProcess handed from the Dispatch thread that started it to the test.
-private struct UncheckedServer: @unchecked Sendable {
-    let server: ServerProcess
-    init(_ server: ServerProcess) { self.server = server }
 }

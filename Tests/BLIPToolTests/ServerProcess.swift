@@ -2,7 +2,7 @@ import Foundation
 
 /// `blip serve` in a child process, started through `sh` so that it can run under a lower file descriptor
 /// limit than this test process (which cannot lower its own safely while other tests run).
-final class ServerProcess {
+final class ServerProcess: @unchecked Sendable {  // lets only; Process is safe across threads
     let process = Process()
     let port: Int
     private let log: URL
@@ -66,7 +66,27 @@ final class ServerProcess {
         return .milliseconds(ticks * 1000 / sysconf(Int32(_SC_CLK_TCK)))
     }
 
-    /// Stops the server and returns what it logged.
+    /// Starts the server on a Dispatch thread: starting waits for the child's first line, which would hold one
+    /// of the two threads of Swift concurrency on a two-core machine (every suite's tasks share them).
+    static func start(_ executable: URL, fileLimit: Int = 1024, arguments: [String] = []) async throws -> ServerProcess
+    {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(
+                    with: Result { try ServerProcess(executable, fileLimit: fileLimit, arguments: arguments) }
+                )
+            }
+        }
+    }
+
+    /// Stops the server on a Dispatch thread (for the same reason) and returns what it logged.
+    func stopped() async -> String {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(returning: self.stop()) }
+        }
+    }
+
+    /// Stops the server and returns what it logged; blocks until it has exited.
     func stop() -> String {
         if self.process.isRunning {
             self.process.terminate()

@@ -133,7 +133,7 @@ struct LoopbackTests {
         .enabled(if: TestCertificate.isAvailable, "needs the openssl command")
     )
     func tls() async throws {
-        let certificate = try TestCertificate.make()
+        let certificate = try await offThePool { try TestCertificate.make() }
         defer { certificate.remove() }
         var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.tls = .init(

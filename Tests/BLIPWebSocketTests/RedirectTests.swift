@@ -118,7 +118,7 @@ struct RedirectTests {
 
     @Test("wss:// to ws:// is refused", .enabled(if: TestCertificate.isAvailable))
     func downgrade() async throws {
-        let certificate = try TestCertificate.make()
+        let certificate = try await offThePool { try TestCertificate.make() }
         defer { certificate.remove() }
         let plain = try await CannedHTTPServer(group: Self.group) { _ in .upgrade(subprotocol: "BLIP_3+CBMobile_3") }
         defer { Task { await plain.close() } }

@@ -7,6 +7,12 @@ import NIOPosix
 import NIOWebSocket
 import Testing
 
+/// The event loops of the hand-driven peers below, apart from the singleton group that the BLIP servers and
+/// clients under test use. A flooding peer queues one loop task per frame faster than a debug build masks
+/// them (byte by byte in NIOWebSocket): on a shared loop, every connection queued behind that backlog, and
+/// other suites' connects and handshakes ran out of time.
+let rawPeerEventLoops = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+
 /// A plain NIO WebSocket client driven frame by frame, to talk to our server the way other software (or a
 /// broken peer) would.
 struct RawWebSocketClient {
@@ -19,7 +25,8 @@ struct RawWebSocketClient {
     let subprotocol: String?
 
     static func connect(port: Int, path: String = "/", subprotocols: [String]) async throws -> RawWebSocketClient {
-        let upgrade = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let upgrade = try await ClientBootstrap(group: rawPeerEventLoops)
+            .connectTimeout(.seconds(30))
             .connect(to: try SocketAddress(ipAddress: "127.0.0.1", port: port)) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(
@@ -76,7 +83,7 @@ final class RawWebSocketServer: Sendable {
 
     /// `subprotocol(offered)` returns what to answer in `Sec-WebSocket-Protocol`, or nil for nothing.
     init(subprotocol: @escaping @Sendable ([String]) -> String?) async throws {
-        self.channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        self.channel = try await ServerBootstrap(group: rawPeerEventLoops)
             .bind(host: "127.0.0.1", port: 0) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let upgrader = NIOTypedWebSocketServerUpgrader<NIOAsyncChannel<WebSocketFrame, WebSocketFrame>>(
@@ -171,6 +178,7 @@ func withServer<T: Sendable>(
     upgradeHandler: BLIPWebSocketServer.UpgradeHandler? = nil,
     _ body: @Sendable (BLIPWebSocketServer) async throws -> T
 ) async throws -> T {
+    StallWatchdog.started
     var configuration = configuration
     configuration.port = 0
     let server = try await BLIPWebSocketServer.bind(
@@ -212,8 +220,18 @@ func standardRouter() -> BLIPRouter {
 }
 
 func pattern(_ count: Int) -> ByteBuffer {
-    let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8)
-    return ByteBuffer(bytes: (0..<count).map { alphabet[$0 % alphabet.count] })
+    // Doubling copies (memcpy) rather than a byte at a time: a debug build takes seconds per 64 MiB the slow
+    // way, on the two threads every suite's tasks share.
+    var buffer = ByteBuffer(bytes: Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8))
+    buffer.reserveCapacity(count)
+    while buffer.readableBytes < count {
+        var copy = buffer.getSlice(
+            at: buffer.readerIndex,
+            length: min(buffer.readableBytes, count - buffer.readableBytes)
+        )!
+        buffer.writeBuffer(&copy)
+    }
+    return buffer.getSlice(at: buffer.readerIndex, length: count)!
 }
 
 /// A WebSocket server written by hand, for what NIO's server cannot do: it answers the upgrade request
@@ -224,11 +242,11 @@ final class HandWrittenWebSocketServer: Sendable {
     let received: EventLoopPromise<[(opcode: UInt8, payload: [UInt8])]>
 
     init(frames: [UInt8]) async throws {
-        let received = MultiThreadedEventLoopGroup.singleton.any().makePromise(
+        let received = rawPeerEventLoops.any().makePromise(
             of: [(opcode: UInt8, payload: [UInt8])].self
         )
         self.received = received
-        self.channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        self.channel = try await ServerBootstrap(group: rawPeerEventLoops)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(Handler(frames: frames, received: received))

@@ -31,7 +31,7 @@ final class RawTCPClient: Sendable {
     /// of 10 s has run out on a busy machine while the other suites kept the event loops busy.
     static func connect(
         port: Int,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        group: any EventLoopGroup = rawPeerEventLoops,
         tls: NIOSSLContext? = nil
     ) async throws -> RawTCPClient {
         let loop = group.next()

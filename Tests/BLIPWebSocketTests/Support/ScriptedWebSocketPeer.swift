@@ -12,9 +12,9 @@ final class ScriptedWebSocketServer: Sendable {
     private let accepted: EventLoopPromise<ScriptedWebSocketConnection>
 
     init(subprotocol: String?) async throws {
-        let accepted = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: ScriptedWebSocketConnection.self)
+        let accepted = rawPeerEventLoops.any().makePromise(of: ScriptedWebSocketConnection.self)
         self.accepted = accepted
-        self.listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        self.listener = try await ServerBootstrap(group: rawPeerEventLoops)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let connection = ScriptedWebSocketConnection(channel: channel)
