@@ -141,7 +141,7 @@ if Context.environment["ENABLE_BLIP_BENCHMARKS"] != nil {
         .executableTarget(
             name: "BLIPBenchmarks",
             dependencies: [
-                "BLIPWire", "BLIPEngine", "CBLIPZlib", nioCore,
+                "BLIPWire", "BLIPEngine", "BLIP", "CBLIPZlib", nioCore,
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Tests/Benchmarks/BLIPBenchmarks",

@@ -76,6 +76,8 @@ final class InMemoryLink: Sendable {
         var closed = false
         var deliveryScheduled = false
         var pumpScheduled = false
+        /// An empty frame buffer the last pump did not use.
+        var spareFrame: ByteBuffer?
         /// Why the peer closed, reported once the inbox is drained.
         var peerClosed: BLIPCloseStatus?
     }
@@ -128,14 +130,21 @@ final class InMemoryLink: Sendable {
             })
         else { return }
         var sent = false
+        // A buffer that nothing was written into is kept for the next pump: most pumps find nothing to send,
+        // and each new buffer costs two allocations.
+        var spare = self.ends.withLockedValue { $0[side].spareFrame.take() }
         while self.ends.withLockedValue({
             !$0[side].closed && $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight
         }) {
-            var frame = ByteBuffer()
-            guard sink.nextFrame(into: &frame) else { break }
+            var frame = spare.take() ?? ByteBuffer()
+            guard sink.nextFrame(into: &frame) else {
+                spare = frame
+                break
+            }
             self.ends.withLockedValue { $0[other].inbox.append(frame) }
             sent = true
         }
+        if let spare { self.ends.withLockedValue { $0[side].spareFrame = spare } }
         if sent { self.scheduleDelivery(other) }
     }
 

@@ -6,11 +6,15 @@
 public struct BLIPRouter: Sendable {
     /// Answers a request whose whole body has arrived.
     public typealias Handler = @Sendable (BLIPRequest, BLIPRequestContext) async throws -> BLIPResponse
+    /// Answers a request whose whole body has arrived, at once and without suspending (see
+    /// ``registerSynchronous(profile:_:)``).
+    public typealias SynchronousHandler = @Sendable (BLIPRequest, BLIPRequestContext) throws -> BLIPResponse
     /// Answers a request as its body arrives, piece by piece (ACKs wait for the handler to read).
     public typealias StreamingHandler = @Sendable (BLIPStreamedRequest, BLIPRequestContext) async throws -> BLIPResponse
 
     enum Route: Sendable {
         case whole(Handler)
+        case synchronous(SynchronousHandler)
         case streaming(StreamingHandler)
     }
 
@@ -40,6 +44,20 @@ public struct BLIPRouter: Sendable {
     /// Registers `handler` for requests whose `Profile` is `profile`, replacing any earlier one.
     public mutating func register(profile: String, _ handler: @escaping Handler) {
         self.routes[profile] = .whole(handler)
+    }
+
+    /// Registers a handler that runs where the request arrives, on the transport's thread (the connection's
+    /// event loop), as soon as its last frame is read: no task is created and no thread is woken, and its
+    /// reply leaves in the same write as the other replies to that read. For small requests this halves
+    /// the server's work per request.
+    ///
+    /// The handler must not block or run long: every connection on that event loop waits while it runs.
+    /// Use it for replies computed from the request alone or from memory (an echo, a lookup, a counter);
+    /// anything that waits (a database, another request) belongs in ``register(profile:_:)``.
+    /// Handler order and ``BLIPConnection/Configuration/maximumConcurrentHandlers`` apply as to any handler:
+    /// when the request must wait its turn, the handler later runs in a task like the others.
+    public mutating func registerSynchronous(profile: String, _ handler: @escaping SynchronousHandler) {
+        self.routes[profile] = .synchronous(handler)
     }
 
     /// Registers a handler that reads the request body as it arrives.

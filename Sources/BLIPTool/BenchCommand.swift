@@ -15,7 +15,8 @@ struct BenchCommand: AsyncParsableCommand {
             default). bulk: one 64 MiB message (after an untimed 8 MiB one), up to `sink` or down from \
             `source`. urgent: 100 small requests while 64 MiB streams. --baseline also runs the rt, \
             pipelined and bulk shapes as raw WebSocket messages over the same transport and prints each BLIP \
-            figure as a ratio to it.
+            figure as a ratio to it; for rt and pipelined, in two shapes: a task awaiting each echo, and \
+            echoes driven from the event loop (the handler baseline).
             """
     )
 
@@ -24,6 +25,13 @@ struct BenchCommand: AsyncParsableCommand {
         /// Not part of `all`: opens `--count` connections (default 10 000) that send nothing, and reports the
         /// memory each costs (the server's with `--self`).
         case idle
+        /// Not part of `all`: `--connections` clients (default 64), each with `--concurrency` requests in
+        /// flight (default 16), against one server; reports the aggregate rate and, with `--self`, the
+        /// server's CPU time per 1 000 messages.
+        case fanin
+        /// Not part of `all`: sequential round trips between two connections in this process over the
+        /// in-memory transport (no URL needed): the library's own cost, for profiling.
+        case inMemory = "in-memory"
         /// Not part of `all`: streams one `--size` message (default 1 GiB) to `sink` from a producer, and
         /// reports the peak memory of each side.
         case stream
@@ -39,10 +47,15 @@ struct BenchCommand: AsyncParsableCommand {
     @Argument(help: "ws:// or wss:// URL of a server (not with --self).") var url: String?
     @Flag(name: .customLong("self"), help: "Start a server in a child process first.") var startsServer = false
     @Option(
-        help: "rt, pipelined, bulk, urgent, all; idle (connections held open), stream or stream-reply (1 GiB streamed)."
+        help: """
+            rt, pipelined, bulk, urgent, all; fanin (many clients), in-memory (no sockets), idle (connections \
+            held open), stream or stream-reply (1 GiB streamed).
+            """
     )
     var workload = Workload.all
-    @Option(help: "Requests outstanding (pipelined; default 16 and 64).") var concurrency: Int?
+    @Option(help: "Requests outstanding (pipelined: default 16 and 64; fanin: 16 per connection).")
+    var concurrency: Int?
+    @Option(help: "Client connections (fanin: 64).") var connections: Int?
     @Option(help: "Requests (rt: 20000, pipelined: 50000, urgent: 100).") var count: Int?
     @Option(help: "Body bytes (rt and pipelined: 100; bulk: 64 MiB; stream, stream-reply: 1 GiB).") var size: Int?
     @Option(help: "Bulk data: random or text.") var data: BenchmarkData?
@@ -64,7 +77,9 @@ struct BenchCommand: AsyncParsableCommand {
     var warmsUp = true
 
     func validate() throws {
-        if self.startsServer == (self.url != nil) { throw ValidationError("give a URL or --self, not both") }
+        if self.workload != .inMemory && self.startsServer == (self.url != nil) {
+            throw ValidationError("give a URL or --self, not both")
+        }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
         }
@@ -133,7 +148,9 @@ struct BenchResult {
     var compressed: Bool
     var direction: String
     var extra: [String: Any] = [:]
+    /// To the raw shape with a task awaiting each message, and to the handler-style one (event loop only).
     var ratio: Double?
+    var handlerRatio: Double?
 
     var json: [String: Any] {
         var object: [String: Any] = [
@@ -146,6 +163,9 @@ struct BenchResult {
             "wire_bytes": self.wireBytes ?? NSNull(),
         ]
         if let ratio = self.ratio { object["ratio_to_baseline"] = (ratio * 1000).rounded() / 1000 }
+        if let ratio = self.handlerRatio {
+            object["ratio_to_handler_baseline"] = (ratio * 1000).rounded() / 1000
+        }
         for (key, value) in self.extra { object[key] = value }
         return object
     }
@@ -160,6 +180,7 @@ struct BenchResult {
         if let wire = self.wireBytes { parts.append("wire \(wire) B") }
         for (key, value) in self.extra.sorted(by: { $0.key < $1.key }) { parts.append("\(key) \(value)") }
         if let ratio = self.ratio { parts.append(String(format: "= %.2fx baseline", ratio)) }
+        if let ratio = self.handlerRatio { parts.append(String(format: "%.2fx handler baseline", ratio)) }
         return parts.joined(separator: "  ")
     }
 }

@@ -81,15 +81,7 @@ struct BenchRunner {
                 name: "rt"
             )
             if self.options.baseline {
-                let raw = try await self.rawRoundTrips(
-                    count: count,
-                    concurrency: 1,
-                    warmUp: 1000,
-                    size: smallSize,
-                    name: "baseline-rt"
-                )
-                result.ratio = (result.messagesPerSecond ?? 0) / (raw.messagesPerSecond ?? 1)
-                self.report(raw)
+                try await self.compareToBaselines(&result, count: count, concurrency: 1, warmUp: 1000, size: smallSize)
             }
             self.report(result)
         }
@@ -104,15 +96,13 @@ struct BenchRunner {
                     name: "pipelined-\(concurrency)"
                 )
                 if self.options.baseline {
-                    let raw = try await self.rawRoundTrips(
+                    try await self.compareToBaselines(
+                        &result,
                         count: count,
                         concurrency: concurrency,
                         warmUp: 200,
-                        size: smallSize,
-                        name: "baseline-pipelined-\(concurrency)"
+                        size: smallSize
                     )
-                    result.ratio = (result.messagesPerSecond ?? 0) / (raw.messagesPerSecond ?? 1)
-                    self.report(raw)
                 }
                 self.report(result)
             }
@@ -141,6 +131,19 @@ struct BenchRunner {
                 }
                 self.report(result)
             }
+        }
+        if workload == .inMemory {
+            self.report(try await self.inMemoryRoundTrips(count: self.options.count ?? 20_000, size: smallSize))
+        }
+        if workload == .fanin {
+            self.report(
+                try await self.fanIn(
+                    connections: self.options.connections ?? 64,
+                    concurrency: self.options.concurrency ?? 16,
+                    count: self.options.count ?? 200_000,
+                    size: smallSize
+                )
+            )
         }
         if workload == .urgent || workload == .all {
             for urgent in [true, false] {
@@ -305,6 +308,56 @@ struct BenchRunner {
     }
 
     // MARK: - Raw WebSocket baselines
+
+    /// Runs the two raw shapes of a round-trip workload (`baseline-…`: a task awaiting each echo;
+    /// `baseline-handler-…`: echoes driven from the event loop) and sets `result`'s ratios to them.
+    func compareToBaselines(_ result: inout BenchResult, count: Int, concurrency: Int, warmUp: Int, size: Int)
+        async throws
+    {
+        let raw = try await self.rawRoundTrips(
+            count: count,
+            concurrency: concurrency,
+            warmUp: warmUp,
+            size: size,
+            name: "baseline-\(result.workload)"
+        )
+        self.report(raw)
+        let handler = try await self.handlerRoundTrips(
+            count: count,
+            concurrency: concurrency,
+            warmUp: warmUp,
+            size: size,
+            name: "baseline-handler-\(result.workload)"
+        )
+        self.report(handler)
+        result.ratio = (result.messagesPerSecond ?? 0) / (raw.messagesPerSecond ?? 1)
+        result.handlerRatio = (result.messagesPerSecond ?? 0) / (handler.messagesPerSecond ?? 1)
+    }
+
+    /// The handler-style raw shape: echoes sent and counted on the event loop, one flush per read batch.
+    func handlerRoundTrips(count: Int, concurrency: Int, warmUp: Int, size: Int, name: String) async throws
+        -> BenchResult
+    {
+        let socket = try await self.rawConnect()
+        defer { socket.close() }
+        let message = BenchmarkData.pattern(size)
+        self.progress.show(name, 0, 1)
+        _ = try await socket.measureEchoes(of: message, count: warmUp, inFlight: concurrency)
+        let started = ContinuousClock.now
+        let latencies = try await socket.measureEchoes(of: message, count: count, inFlight: concurrency).sorted()
+        let elapsed = ContinuousClock.now - started
+        return BenchResult(
+            workload: name,
+            count: count,
+            concurrency: concurrency,
+            messagesPerSecond: Double(count) / elapsed.seconds,
+            p50: percentile(latencies, 0.5),
+            p99: percentile(latencies, 0.99),
+            data: "pattern",
+            compressed: false,
+            direction: "both"
+        )
+    }
 
     func rawConnect() async throws -> BLIPRawWebSocket {
         var configuration = self.clientConfiguration

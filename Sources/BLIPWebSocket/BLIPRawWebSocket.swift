@@ -1,5 +1,6 @@
 internal import BLIP
 internal import DequeModule
+internal import Dispatch
 public import Logging
 internal import NIOConcurrencyHelpers
 public import NIOCore
@@ -59,6 +60,24 @@ public final class BLIPRawWebSocket: Sendable {
         try await self.sink.next()
     }
 
+    /// Sends `count` copies of `message` to an echoing peer with `inFlight` outstanding, driven from the
+    /// connection's event loop: each echo received sends the next message in the same turn of the loop, and
+    /// the replies to one read leave in one flush. No task and no continuation sits on the path, so this is
+    /// the ceiling the transport sets for request/reply traffic (the benchmark's handler-style baseline).
+    ///
+    /// Returns each message's round-trip time, in the order sent. Messages received meanwhile are consumed;
+    /// do not call ``receive()`` until it returns.
+    public func measureEchoes(of message: ByteBuffer, count: Int, inFlight: Int) async throws -> [Duration] {
+        precondition(count > 0 && inFlight > 0)
+        let latencies = try await withCheckedThrowingContinuation { continuation in
+            self.sink.startEchoes(
+                EchoDriver(message: message, count: count, inFlight: inFlight, continuation: continuation)
+            )
+            self.transport.wakeWriter()
+        }
+        return latencies.map { .nanoseconds($0) }
+    }
+
     /// How many messages were echoed (with `echoes`).
     public var echoedCount: Int { self.sink.echoedCount }
 
@@ -82,6 +101,7 @@ final class RawClientSink: FrameSink {
         var closed = false
         var error: (any Error)?
         var echoed = 0
+        var driver: EchoDriver?
     }
 
     private let state = NIOLockedValueBox(State())
@@ -95,6 +115,18 @@ final class RawClientSink: FrameSink {
 
     func enqueue(_ message: ByteBuffer, text: Bool) {
         self.state.withLockedValue { $0.outbound.append((message, text ? .text : .binary)) }
+    }
+
+    /// Queues the driver's first `inFlight` messages; from now on, received messages go to it.
+    func startEchoes(_ driver: EchoDriver) {
+        var driver = driver
+        let failure = self.state.withLockedValue { state -> (any Error)? in
+            if state.closed { return state.error ?? BLIPConnectionError(.connectionClosed, "closed") }
+            for _ in 0..<min(driver.inFlight, driver.count) { state.outbound.append((driver.nextMessage(), .binary)) }
+            state.driver = driver
+            return nil
+        }
+        if let failure { driver.continuation.resume(throwing: failure) }
     }
 
     func next() async throws -> (message: ByteBuffer, isText: Bool)? {
@@ -120,6 +152,15 @@ final class RawClientSink: FrameSink {
             }
             return true
         }
+        switch self.state.withLockedValue({ state in Self.driveEcho(&state) }) {
+        case .noDriver:
+            break
+        case .consumed:
+            return true
+        case .finished(let driver):
+            driver.continuation.resume(returning: driver.latencies)
+            return true
+        }
         let waiter = self.state.withLockedValue {
             state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
             guard let waiter = state.waiter else {
@@ -131,6 +172,23 @@ final class RawClientSink: FrameSink {
         }
         waiter?.resume(returning: (message, isText))
         return true
+    }
+
+    private enum EchoOutcome {
+        case noDriver
+        case consumed
+        case finished(EchoDriver)
+    }
+
+    /// With an echo driver running: records the echo and queues the next message; the driver is returned
+    /// once it has every echo. Without one, `state` is untouched.
+    private static func driveEcho(_ state: inout State) -> EchoOutcome {
+        // Taken out while it changes, so that its arrays are not copied on write.
+        guard var driver = state.driver.take() else { return .noDriver }
+        if driver.echoed() { return .finished(driver) }
+        if driver.hasMoreToSend { state.outbound.append((driver.nextMessage(), .binary)) }
+        state.driver = driver
+        return .consumed
     }
 
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
@@ -150,6 +208,48 @@ final class RawClientSink: FrameSink {
             defer { state.waiter = nil }
             return state.waiter
         }
+        if let driver = self.state.withLockedValue({ state in
+            defer { state.driver = nil }
+            return state.driver
+        }) {
+            driver.continuation.resume(throwing: error ?? BLIPConnectionError(.connectionClosed, "closed"))
+        }
         if let error { waiter?.resume(throwing: error) } else { waiter?.resume(returning: nil) }
+    }
+}
+
+/// The state of ``BLIPRawWebSocket/measureEchoes(of:count:inFlight:)``: what is left to send, and when each
+/// message still awaiting its echo was sent (echoes come back in order).
+struct EchoDriver {
+    let message: ByteBuffer
+    let count: Int
+    let inFlight: Int
+    let continuation: CheckedContinuation<[Int64], any Error>
+    private var sent = 0
+    private var sendTimes: Deque<UInt64> = []
+    private(set) var latencies: [Int64] = []
+
+    init(message: ByteBuffer, count: Int, inFlight: Int, continuation: CheckedContinuation<[Int64], any Error>) {
+        self.message = message
+        self.count = count
+        self.inFlight = inFlight
+        self.continuation = continuation
+        self.latencies.reserveCapacity(count)
+    }
+
+    var hasMoreToSend: Bool { self.sent < self.count }
+
+    mutating func nextMessage() -> ByteBuffer {
+        self.sent += 1
+        self.sendTimes.append(DispatchTime.now().uptimeNanoseconds)
+        return self.message
+    }
+
+    /// Records one echo; true once every message has come back.
+    mutating func echoed() -> Bool {
+        if let sentAt = self.sendTimes.popFirst() {
+            self.latencies.append(Int64(DispatchTime.now().uptimeNanoseconds - sentAt))
+        }
+        return self.latencies.count >= self.count
     }
 }

@@ -78,6 +78,15 @@ public final class BLIPFrameEncoder {
 
     /// Bodies up to this size are copied next to the property block; larger ones are framed in place.
     static let copiedBodyLimit = 4096
+    private static let allocator = ByteBufferAllocator()
+
+    /// At least the encoded size of `properties` in any dialect: a varint length, then each name and value
+    /// with its terminator (a token takes fewer bytes than its string).
+    static func propertiesSizeBound(_ properties: BLIPProperties) -> Int {
+        var size = 10
+        for property in properties { size += property.name.utf8.count + property.value.utf8.count + 2 }
+        return size
+    }
 
     /// A message's data stream (property block, then body), ready to be framed.
     ///
@@ -92,14 +101,16 @@ public final class BLIPFrameEncoder {
         compressed: Bool
     ) throws(BLIPWireError) -> (data: BLIPMessageData, compressed: Bool) {
         let gzips = !self.dialect.compressesFrames && compressed && self.configuration.compressionLevel > 0
+        // Sized up front: a buffer that grows while it is written costs a copy and two more allocations.
+        let propertiesSize = Self.propertiesSizeBound(properties)
         if !gzips && body.readableBytes > Self.copiedBodyLimit {
-            var head = ByteBuffer()
+            var head = Self.allocator.buffer(capacity: propertiesSize)
             try self.writeProperties(properties, into: &head)
             var data = BLIPMessageData(head)
             data.append(body)
             return (data, self.dialect.compressesFrames && compressed && self.configuration.compressionLevel > 0)
         }
-        var head = ByteBuffer()
+        var head = Self.allocator.buffer(capacity: propertiesSize + (gzips ? 64 : body.readableBytes))
         let flag = try self.writeMessageData(properties: properties, body: body, compressed: compressed, into: &head)
         return (BLIPMessageData(head), flag)
     }

@@ -38,6 +38,27 @@ struct RawAndCaptureTests {
         }
     }
 
+    @Test("measureEchoes (the handler-style baseline) times every echo, in flight as asked; a close fails it")
+    func measuredEchoes() async throws {
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.rawEndpoint = .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
+        try await withServer(configuration) { server in
+            let raw = try await BLIPRawWebSocket.connect(to: "ws://127.0.0.1:\(server.port)/")
+            let latencies = try await raw.measureEchoes(of: pattern(100), count: 1_000, inFlight: 16)
+            #expect(latencies.count == 1_000)
+            #expect(latencies.allSatisfy { $0 > .zero && $0 < .seconds(60) })
+            // A second run on the same connection, then the ordinary API again: nothing was left behind.
+            #expect(try await raw.measureEchoes(of: pattern(10), count: 5, inFlight: 64).count == 5)
+            raw.send(ByteBuffer(string: "after"))
+            #expect(try await raw.receive().map { String(buffer: $0.message) } == "after")
+            raw.close()
+            await raw.waitUntilClosed()
+            await #expect(throws: BLIPConnectionError.self) {
+                _ = try await raw.measureEchoes(of: pattern(10), count: 5, inFlight: 1)
+            }
+        }
+    }
+
     @Test("in echo mode (serve --echo-only) the benchmark commands are echoed like any text; any subprotocol")
     func pureEchoMode() async throws {
         var configuration = BLIPWebSocketServer.Configuration.forTests

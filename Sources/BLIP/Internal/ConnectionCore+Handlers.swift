@@ -20,20 +20,58 @@ extension ConnectionCore {
         }
     }
 
+    /// Takes a request for a synchronous handler: runs it after the lock when it may start now (a slot is
+    /// free and nothing waits ahead of it), else queues it like any other, to run in a task.
+    func dispatchSynchronous(_ work: ImmediateWork, _ state: inout State, effects: inout Effects) {
+        let slots = self.router.handlerOrder == .serial ? 1 : self.configuration.maximumConcurrentHandlers
+        if state.runningHandlers < slots && effects.work == nil && effects.immediate == nil
+            && state.pendingWork.isEmpty
+        {
+            state.runningHandlers += 1
+            effects.immediate = work
+        } else {
+            let handler = work.handler
+            let queued = Work.handle(
+                work.request,
+                number: work.number,
+                expectsReply: work.expectsReply,
+                charge: work.charge
+            ) { try handler($0, $1) }
+            self.dispatch(queued, &state, effects: &effects)
+        }
+    }
+
+    /// Runs a synchronous handler where its request arrived (no lock held), sends its reply, and hands its
+    /// slot to whatever waits for one (in a task).
+    func handleImmediately(_ work: ImmediateWork) {
+        let result = self.run(number: work.number, expectsReply: work.expectsReply) {
+            try work.handler(work.request, $0)
+        }
+        if work.expectsReply { self.respond(to: work.number, with: result) }
+        if let next = self.handlerFinished(charge: work.charge) {
+            self.workContinuation.yield(.handlers(startingWith: next))
+        }
+    }
+
     /// Runs handlers in one task: the first, then whatever waits for a slot when it finishes.
     func runHandlers(startingWith first: Work) async {
         var next: Work? = first
         while let work = next {
             await self.handle(work)
-            next = self.handlerFinished(work)
+            if case .handle(_, _, _, let charge, _) = work {
+                next = self.handlerFinished(charge: charge)
+            } else {
+                next = self.handlerFinished(charge: 0)
+            }
         }
     }
 
-    /// A handler is done: its request's bytes no longer count, and the next waiting request takes its slot.
-    private func handlerFinished(_ work: Work) -> Work? {
+    /// A handler is done: its request's bytes (`charge`) no longer count, and the next waiting request takes
+    /// its slot.
+    private func handlerFinished(charge: Int) -> Work? {
         var effects = Effects()
         let next = self.state.withLockedValue { state -> Work? in
-            if case .handle(_, _, _, let charge, _) = work { self.release(charge, &state, effects: &effects) }
+            self.release(charge, &state, effects: &effects)
             guard state.closeError == nil, let next = state.pendingWork.popFirst() else {
                 state.runningHandlers -= 1
                 return nil
@@ -68,19 +106,34 @@ extension ConnectionCore {
         expectsReply: Bool,
         _ body: (BLIPRequestContext) async throws -> BLIPResponse
     ) async -> Result<BLIPResponse, BLIPError> {
-        var logger = self.logger
-        logger[metadataKey: "blip.request"] = "\(number)"
-        let context = BLIPRequestContext(
-            connection: BLIPConnection(core: self),
-            logger: logger,
-            requestNumber: number,
-            expectsReply: expectsReply
-        )
+        let context = self.handlerContext(number: number, expectsReply: expectsReply)
         do {
             return .success(try await body(context))
         } catch {
-            return .failure(self.errorReply(for: error, logger: logger))
+            return .failure(self.errorReply(for: error, logger: context.logger))
         }
+    }
+
+    private func run(
+        number: UInt64,
+        expectsReply: Bool,
+        _ body: (BLIPRequestContext) throws -> BLIPResponse
+    ) -> Result<BLIPResponse, BLIPError> {
+        let context = self.handlerContext(number: number, expectsReply: expectsReply)
+        do {
+            return .success(try body(context))
+        } catch {
+            return .failure(self.errorReply(for: error, logger: context.logger))
+        }
+    }
+
+    private func handlerContext(number: UInt64, expectsReply: Bool) -> BLIPRequestContext {
+        BLIPRequestContext(
+            connection: BLIPConnection(core: self),
+            connectionLogger: self.logger,
+            requestNumber: number,
+            expectsReply: expectsReply
+        )
     }
 
     /// The ERR reply for a handler's error: its own if it has one, else BLIP/501.

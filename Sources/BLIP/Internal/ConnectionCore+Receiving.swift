@@ -275,6 +275,15 @@ extension ConnectionCore {
                 handler
             )
             self.dispatch(work, &state, effects: &effects)
+        case .synchronous(let handler):
+            let work = ImmediateWork(
+                request: request,
+                number: message.id.number,
+                expectsReply: message.expectsReply,
+                charge: charge,
+                handler: handler
+            )
+            self.dispatchSynchronous(work, &state, effects: &effects)
         case .streaming:
             preconditionFailure("streaming requests are dispatched when they start")
         case nil:

@@ -44,6 +44,15 @@ final class ConnectionCore: Sendable {
         case handleStreaming(BLIPStreamedRequest, number: UInt64, expectsReply: Bool, BLIPRouter.StreamingHandler)
     }
 
+    /// A request for a ``BLIPRouter/SynchronousHandler`` that runs where it arrived.
+    struct ImmediateWork: Sendable {
+        var request: BLIPRequest
+        var number: UInt64
+        var expectsReply: Bool
+        var charge: Int
+        var handler: BLIPRouter.SynchronousHandler
+    }
+
     enum ReplyWaiter {
         case whole(CheckedContinuation<BLIPResponse, any Error>)
         case streamed(CheckedContinuation<BLIPStreamedResponse, any Error>)
@@ -131,6 +140,8 @@ final class ConnectionCore: Sendable {
         var resumeReading = false
         /// A handler to start (at most one per operation: one frame starts at most one request).
         var work: Work?
+        /// A synchronous handler to run after the lock, right here (it holds a handler slot meanwhile).
+        var immediate: ImmediateWork?
         var deferred: [@Sendable () -> Void] = []
         /// Let go of after the lock: their `deinit` may call back into the connection.
         var released: [any Sendable] = []
@@ -190,6 +201,7 @@ final class ConnectionCore: Sendable {
         } else if effects.wakeWriter {
             self.transport.wakeWriter()
         }
+        if let immediate = effects.immediate { self.handleImmediately(immediate) }
     }
 
     private func count(_ counts: Counts) {

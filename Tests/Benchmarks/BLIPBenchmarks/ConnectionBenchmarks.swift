@@ -1,0 +1,41 @@
+import BLIP
+import BLIPWire
+import Benchmark
+import NIOCore
+
+/// Round trips through two whole connections over the in-memory transport: the public API on both sides
+/// (a caller's `sendRequest`, a router's handler), the connection core, the engine and the codec. Each sample
+/// is `roundTripsPerSample` round trips on connections made (and warmed up) outside the measurement, so a
+/// threshold of N mallocs means N / 100 per round trip, both sides together.
+func connectionBenchmarks() {
+    for (dialect, synchronous) in [(BLIPDialect.blip3, false), (.blip3, true), (.blip2, false)] {
+        let handler = synchronous ? "-synchronous-handler" : ""
+        Benchmark(
+            "connection-round-trip-100B-\(dialect)\(handler)-x\(roundTripsPerSample)",
+            configuration: .init(maxDuration: .seconds(3), maxIterations: 2_000)
+        ) { benchmark in
+            let (clientTransport, serverTransport) = BLIPInMemoryTransport.makePair(dialect: dialect)
+            var router = BLIPRouter()
+            if synchronous {
+                router.registerSynchronous(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
+            } else {
+                router.register(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
+            }
+            let server = BLIPConnection(transport: serverTransport, router: router)
+            let serverRun = Task { await server.run() }
+            let request = BLIPRequest(profile: "echo", body: ByteBuffer(bytes: BenchmarkData.pattern(100)))
+            try await withBLIPConnection(over: clientTransport) { client in
+                for _ in 0..<20 { _ = try await client.sendRequest(request) }
+                benchmark.startMeasurement()
+                for _ in 0..<roundTripsPerSample {
+                    blackHole(try await client.sendRequest(request))
+                }
+                benchmark.stopMeasurement()
+            }
+            _ = await server.close()
+            _ = await serverRun.value
+        }
+    }
+}
+
+let roundTripsPerSample = 100
