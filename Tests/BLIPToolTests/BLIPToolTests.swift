@@ -300,6 +300,7 @@ struct BenchWorkloadTests {
         var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
         configuration.connection.maximumIncomingMessageSize = 1 << 30
+        configuration.rawEndpoint = .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)  // the baselines
         let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
         async let serving: Void = server.run()
         let url = "ws://127.0.0.1:\(server.port)/"
@@ -322,6 +323,22 @@ struct BenchWorkloadTests {
         #expect(streamedReply.extra["client_peak_rss_mib"] != nil)
         let idle = try await runner.idleConnections(count: 8)
         #expect(idle.count == 8 && idle.extra["client_kib_per_connection"] != nil)
+        let fanIn = try await runner.fanIn(connections: 4, concurrency: 3, count: 60, size: 100)
+        // Every request is counted once, whichever client took it.
+        #expect(fanIn.count == 60 && fanIn.concurrency == 12 && fanIn.p99 != nil)
+        let inMemory = try await runner.inMemoryRoundTrips(count: 20, size: 100)
+        #expect(inMemory.count == 20 && (inMemory.messagesPerSecond ?? 0) > 0)
+        var handlerShape = BenchResult(
+            workload: "rt",
+            count: 1,
+            concurrency: 1,
+            messagesPerSecond: 1,
+            data: "",
+            compressed: false,
+            direction: "both"
+        )
+        try await runner.compareToBaselines(&handlerShape, count: 20, concurrency: 4, warmUp: 2, size: 100)
+        #expect((handlerShape.ratio ?? 0) > 0 && (handlerShape.handlerRatio ?? 0) > 0)
 
         await server.shutdown()
         await serving
