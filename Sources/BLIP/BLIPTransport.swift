@@ -25,6 +25,14 @@ public protocol BLIPTransport: AnyObject, Sendable {
     /// Closes the connection; the transport reports ``BLIPTransportSink/closed(_:)-(BLIPCloseStatus)`` once it
     /// has.
     func close(_ reason: BLIPCloseReason)
+
+    /// An executor that runs tasks in the transport's serial context (its event loop), if it has one: see
+    /// ``BLIPConnection/taskExecutor``.
+    var taskExecutor: (any TaskExecutor)? { get }
+}
+
+extension BLIPTransport {
+    public var taskExecutor: (any TaskExecutor)? { nil }
 }
 
 /// What a transport reports to: the connection's side of the seam. All calls come from the transport's

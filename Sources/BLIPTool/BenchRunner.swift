@@ -157,38 +157,23 @@ struct BenchRunner {
     func roundTrips(count: Int, concurrency: Int, warmUp: Int, size: Int, name: String) async throws -> BenchResult {
         let request = BLIPRequest(profile: "echo", body: BenchmarkData.pattern(size))
         let progress = self.progress
+        let onLoop = self.options.onEventLoop
         let (elapsed, latencies, wire) = try await self.connect { connection in
-            for _ in 0..<warmUp { _ = try await connection.sendRequest(request) }
-            let before = connection.statistics
-            let next = SharedCounter()
-            let started = ContinuousClock.now
-            let latencies = try await withThrowingTaskGroup(of: [Duration].self) { group in
-                for _ in 0..<concurrency {
-                    group.addTask {
-                        var latencies: [Duration] = []
-                        latencies.reserveCapacity(count / concurrency + 1)
-                        while next.value.add(1, ordering: .relaxed).oldValue < count {
-                            let start = ContinuousClock.now
-                            _ = try await connection.sendRequest(request)
-                            latencies.append(ContinuousClock.now - start)
-                            if latencies.count % 1000 == 0 {
-                                progress.show(name, next.value.load(ordering: .relaxed), count)
-                            }
-                        }
-                        return latencies
-                    }
-                }
-                return try await group.reduce(into: []) { $0 += $1 }
+            // With --on-event-loop the callers' tasks run on the connection's event loop.
+            try await withTaskExecutorPreference(onLoop ? connection.taskExecutor : nil) {
+                try await Self.measureRoundTrips(
+                    connection,
+                    request: request,
+                    count: count,
+                    concurrency: concurrency,
+                    warmUp: warmUp,
+                    name: name,
+                    progress: progress
+                )
             }
-            let elapsed = ContinuousClock.now - started
-            let after = connection.statistics
-            return (
-                elapsed, latencies.sorted(),
-                after.bytesSent + after.bytesReceived - before.bytesSent - before.bytesReceived
-            )
         }
         return BenchResult(
-            workload: name,
+            workload: onLoop ? "\(name)-on-loop" : name,
             count: count,
             concurrency: concurrency,
             messagesPerSecond: Double(count) / elapsed.seconds,
@@ -198,6 +183,45 @@ struct BenchRunner {
             data: "pattern",
             compressed: false,
             direction: "both"
+        )
+    }
+
+    static func measureRoundTrips(
+        _ connection: BLIPConnection,
+        request: BLIPRequest,
+        count: Int,
+        concurrency: Int,
+        warmUp: Int,
+        name: String,
+        progress: Progress
+    ) async throws -> (Duration, [Duration], Int) {
+        for _ in 0..<warmUp { _ = try await connection.sendRequest(request) }
+        let before = connection.statistics
+        let next = SharedCounter()
+        let started = ContinuousClock.now
+        let latencies = try await withThrowingTaskGroup(of: [Duration].self) { group in
+            for _ in 0..<concurrency {
+                group.addTask {
+                    var latencies: [Duration] = []
+                    latencies.reserveCapacity(count / concurrency + 1)
+                    while next.value.add(1, ordering: .relaxed).oldValue < count {
+                        let start = ContinuousClock.now
+                        _ = try await connection.sendRequest(request)
+                        latencies.append(ContinuousClock.now - start)
+                        if latencies.count % 1000 == 0 {
+                            progress.show(name, next.value.load(ordering: .relaxed), count)
+                        }
+                    }
+                    return latencies
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        let elapsed = ContinuousClock.now - started
+        let after = connection.statistics
+        return (
+            elapsed, latencies.sorted(),
+            after.bytesSent + after.bytesReceived - before.bytesSent - before.bytesReceived
         )
     }
 

@@ -13,6 +13,8 @@ public final class BLIPWebSocketTransport: BLIPTransport {
     public let handshakeResponse: BLIPHandshakeResponse?
     let eventLoop: any EventLoop
     let handler: NIOLoopBound<BLIPWebSocketHandler>
+    /// The channel's event loop as a task executor (see ``BLIPConnection/taskExecutor``).
+    public let taskExecutor: (any TaskExecutor)?
     /// Coalesces writer wake-ups into one pump per turn of the event loop.
     private let wakeScheduled = Atomic<Bool>(false)
 
@@ -34,6 +36,7 @@ public final class BLIPWebSocketTransport: BLIPTransport {
         self.upgradeRequest = upgradeRequest
         self.handshakeResponse = handshakeResponse
         self.eventLoop = channel.eventLoop
+        self.taskExecutor = EventLoopTaskExecutor(channel.eventLoop)
         self.closeFuture = channel.closeFuture
         self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
     }

@@ -33,7 +33,7 @@ enum StallWatchdog {
                 dumps += 1
                 let names = stalled.keys.sorted().joined(separator: " ")
                 let file = "\(directory)/stall-\(getpid())-\(dumps).txt"
-                FileManager.default.createFile(atPath: file, contents: Data("stalled: \(names)\n".utf8))
+                _ = FileManager.default.createFile(atPath: file, contents: Data("stalled: \(names)\n".utf8))
                 let gdb = Process()
                 gdb.executableURL = URL(fileURLWithPath: "/usr/bin/gdb")
                 gdb.arguments = ["-batch", "-p", "\(getpid())", "-ex", "thread apply all bt 30"]
