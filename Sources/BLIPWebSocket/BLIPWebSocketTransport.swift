@@ -13,7 +13,7 @@ public final class BLIPWebSocketTransport: BLIPTransport {
     public let handshakeResponse: BLIPHandshakeResponse?
     let eventLoop: any EventLoop
     let handler: NIOLoopBound<BLIPWebSocketHandler>
-    /// The channel's event loop as a task executor (see ``BLIPConnection/taskExecutor``).
+    /// The channel's event loop as a task executor (see `BLIPConnection.taskExecutor`).
     public let taskExecutor: (any TaskExecutor)?
     /// Coalesces writer wake-ups into one pump per turn of the event loop.
     private let wakeScheduled = Atomic<Bool>(false)
