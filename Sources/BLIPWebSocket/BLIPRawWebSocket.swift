@@ -122,6 +122,7 @@ final class RawClientSink: FrameSink {
         var driver = driver
         let failure = self.state.withLockedValue { state -> (any Error)? in
             if state.closed { return state.error ?? BLIPConnectionError(.connectionClosed, "closed") }
+            if state.driver != nil { return BLIPConnectionError(.limitExceeded, "one echo measurement at a time") }
             for _ in 0..<min(driver.inFlight, driver.count) { state.outbound.append((driver.nextMessage(), .binary)) }
             state.driver = driver
             return nil

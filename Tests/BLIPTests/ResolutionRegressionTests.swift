@@ -1,5 +1,6 @@
 import BLIPEngine
 import BLIPWire
+import Foundation
 import Logging
 import NIOCore
 import Synchronization
@@ -42,6 +43,52 @@ struct ResolutionRegressionTests {
         // The requests were answered by nobody: nothing may be written after the close.
         #expect(transport.drain().isEmpty)
         await connection.close()
+    }
+
+    /// Reading is paused by one thread (a request queued behind a busy handler) and resumed by another (the
+    /// handler finishing), each deciding under the lock and calling the transport after it. When the calls
+    /// land in the opposite order, the transport stayed paused with nothing left to resume it: the
+    /// connection read nothing more (seen as "handlers beyond the concurrency limit wait in arrival order"
+    /// stopping after 5 or 10 of 20 requests, about 1 run in 20). The transport here runs the resume inside
+    /// the pause call, before the pause takes effect.
+    @Test("a pause and a resume decided on two threads and applied in the opposite order leave reading on")
+    func readingPauseAndResumeCross() async throws {
+        let transport = ManualTransport()
+        let gate = Latch()
+        let handled = Mutex<[String]>([])
+        let firstStarted = Mutex(false)
+        var router = BLIPRouter()
+        router.register(profile: "work") { request, _ in
+            let name = request.properties["Name"] ?? ""
+            if name == "first" {
+                firstStarted.withLock { $0 = true }
+                await gate.wait()
+            }
+            handled.withLock { $0.append(name) }
+            return BLIPResponse()
+        }
+        var configuration = BLIPConnection.Configuration()
+        configuration.maximumConcurrentHandlers = 1
+        let connection = BLIPConnection(transport: transport, configuration: configuration, router: router)
+        let running = Task { await connection.run() }
+        let peer = UncheckedPeer(ScriptedPeer(transport: transport))
+        try peer.send("first")
+        // The first handler is running (and waits at the gate) once the request is read.
+        for _ in 0..<500 where !firstStarted.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        // The second request queues behind it: reading pauses. Inside that pause call the first handler is
+        // let go and finishes, the queue empties and reading resumes, before the pause takes effect.
+        transport.setPauseHook {
+            gate.open()
+            for _ in 0..<500 where transport.resumeCount == 0 { Thread.sleep(forTimeInterval: 0.01) }
+        }
+        try await offThePool { try peer.send("second") }
+        transport.setPauseHook(nil)
+        #expect(transport.resumeCount >= 1, "the handler never resumed reading")
+        #expect(!transport.isReadingPaused, "the transport was left paused")
+        for _ in 0..<500 where handled.withLock({ $0.count }) < 2 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(handled.withLock { $0 } == ["first", "second"])
+        await connection.close()
+        _ = await running.value
     }
 
     /// Log handlers are the application's code: one that reads the connection must never find its lock
@@ -292,5 +339,25 @@ struct ResolutionRegressionTests {
             _ = try await connection.sendRequest(BLIPRequest(profile: "count"))
         }
         #expect(handled.withLock { $0 } == 1)
+    }
+}
+
+/// A scripted peer driven from one thread at a time, handed to a Dispatch thread by the test.
+private final class UncheckedPeer: @unchecked Sendable {
+    let peer: ScriptedPeer
+    init(_ peer: ScriptedPeer) { self.peer = peer }
+
+    func send(_ name: String) throws {
+        _ = try self.peer.engine.enqueue(
+            BLIPOutgoingMessage(.request, properties: ["Profile": "work", "Name": name], body: .buffer(ByteBuffer()))
+        )
+        try self.peer.flush()
+    }
+}
+
+/// Runs blocking code on a Dispatch thread, not on one of Swift concurrency's few threads.
+private func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
     }
 }

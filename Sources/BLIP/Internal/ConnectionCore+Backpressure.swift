@@ -192,6 +192,7 @@ extension ConnectionCore {
         let paused = state.pausedForBacklog || state.pausedForReplies
         guard paused != state.readingPaused else { return }
         state.readingPaused = paused
+        state.readingVersion &+= 1
         if paused {
             effects.pauseReading = true
             effects.resumeReading = false

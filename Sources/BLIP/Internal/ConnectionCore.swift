@@ -116,6 +116,8 @@ final class ConnectionCore: Sendable {
         var pausedForBacklog = false
         var pausedForReplies = false
         var readingPaused = false
+        /// Bumped at each change of `readingPaused` (see ``ConnectionCore/applyReadingToTransport()``).
+        var readingVersion = 0
         var isWritable = true
         /// After a fatal error from the peer: bytes of replies still written before the close.
         var finishingReplies = 0
@@ -194,14 +196,27 @@ final class ConnectionCore: Sendable {
         if let work = effects.work { self.workContinuation.yield(.handlers(startingWith: work)) }
         for action in effects.deferred { action() }
         self.count(effects.counts)
-        if effects.pauseReading { self.transport.pauseReading() }
-        if effects.resumeReading { self.transport.resumeReading() }
+        if effects.pauseReading || effects.resumeReading { self.applyReadingToTransport() }
         if let reason = effects.closeTransport {
             self.transport.close(reason)
         } else if effects.wakeWriter {
             self.transport.wakeWriter()
         }
         if let immediate = effects.immediate { self.handleImmediately(immediate) }
+    }
+
+    /// Tells the transport to read or not, as the state says now. Two threads can decide opposite changes
+    /// one after the other under the lock and then make their calls in the opposite order (each calls after
+    /// the lock): the transport would stay paused with nothing left to resume it. So whoever finds that the
+    /// decision changed during its call calls again; the transport's last call is the latest decision.
+    private func applyReadingToTransport() {
+        var decision = self.state.withLockedValue { ($0.readingPaused, $0.readingVersion) }
+        while true {
+            if decision.0 { self.transport.pauseReading() } else { self.transport.resumeReading() }
+            let now = self.state.withLockedValue { ($0.readingPaused, $0.readingVersion) }
+            if now.1 == decision.1 { return }
+            decision = now
+        }
     }
 
     private func count(_ counts: Counts) {

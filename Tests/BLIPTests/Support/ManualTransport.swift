@@ -13,7 +13,10 @@ final class ManualTransport: BLIPTransport {
         var closeReasons: [BLIPCloseReason] = []
         var readingPaused = false
         var pauses = 0
+        var resumes = 0
         var reportedClosed = false
+        /// Runs inside `pauseReading()`, before the pause takes effect (to interleave another thread's call).
+        var pauseHook: (@Sendable () -> Void)?
     }
 
     let dialect: BLIPDialect
@@ -30,6 +33,7 @@ final class ManualTransport: BLIPTransport {
     func wakeWriter() {}
 
     func pauseReading() {
+        if let hook = self.record.withLock({ $0.pauseHook }) { hook() }
         self.record.withLock {
             $0.readingPaused = true
             $0.pauses += 1
@@ -37,7 +41,15 @@ final class ManualTransport: BLIPTransport {
     }
 
     func resumeReading() {
-        self.record.withLock { $0.readingPaused = false }
+        self.record.withLock {
+            $0.readingPaused = false
+            $0.resumes += 1
+        }
+    }
+
+    /// Sets what runs inside the next `pauseReading()` calls.
+    func setPauseHook(_ hook: (@Sendable () -> Void)?) {
+        self.record.withLock { $0.pauseHook = hook }
     }
 
     /// Closing completes at once: the connection hears that the transport closed.
@@ -92,6 +104,7 @@ final class ManualTransport: BLIPTransport {
     var closeReasons: [BLIPCloseReason] { self.record.withLock { $0.closeReasons } }
     var isReadingPaused: Bool { self.record.withLock { $0.readingPaused } }
     var pauseCount: Int { self.record.withLock { $0.pauses } }
+    var resumeCount: Int { self.record.withLock { $0.resumes } }
 }
 
 /// The peer of a ``ManualTransport``: an engine whose frames the test passes across by hand.
