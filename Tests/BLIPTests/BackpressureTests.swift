@@ -88,7 +88,12 @@ struct BackpressureTests {
             let answered = results.filter { if case .success = $0 { true } else { false } }
             #expect(!refused.isEmpty && refused.count + answered.count == 30)
             #expect(server.statistics.requestsRefusedBusy == refused.count)
-            #expect(server.statistics.peakBufferedIncomingBytes <= (2 << 20))
+            // What the budget bounds is what the connection keeps, not what a peer has in flight: each 100 KB
+            // request fits in its send window, so all 30 may arrive before any is refused (3 MB). The hard
+            // limit (4 MiB) is the promise; a bound of twice the budget held only while refusals kept pace
+            // (2.27-2.28 MB seen on a loaded machine).
+            #expect(server.statistics.peakBufferedIncomingBytes <= 4 << 20)
+            #expect(!server.isClosed)
             bodyDone.open()
             let reply = try await held.value
             #expect(String(buffer: reply.body) == "2000")

@@ -404,7 +404,11 @@ extension ConnectionCore {
                 body: body,
                 compressed: message.flags.contains(.compressed)
             )
-            effects.later { continuation.resume(returning: response) }
+            if effects.reply == nil {
+                effects.reply = (continuation, response)
+            } else {
+                effects.later { continuation.resume(returning: response) }
+            }
         case .streamed(let continuation):
             // Unreachable: a normal reply to a streaming request is streamed from its start.
             effects.later { continuation.resume(throwing: BLIPConnectionError(.invalidMessage, "unexpected reply")) }

@@ -145,6 +145,9 @@ final class ConnectionCore: Sendable {
         /// A synchronous handler to run after the lock, right here (it holds a handler slot meanwhile).
         var immediate: ImmediateWork?
         var deferred: [@Sendable () -> Void] = []
+        /// A whole reply for its caller: resumed after `deferred`. Held apart from it because it is the
+        /// common case (one per request), and a closure in an array costs two allocations.
+        var reply: (CheckedContinuation<BLIPResponse, any Error>, BLIPResponse)?
         /// Let go of after the lock: their `deinit` may call back into the connection.
         var released: [any Sendable] = []
         var counts = Counts()
@@ -195,6 +198,7 @@ final class ConnectionCore: Sendable {
     func perform(_ effects: Effects) {
         if let work = effects.work { self.workContinuation.yield(.handlers(startingWith: work)) }
         for action in effects.deferred { action() }
+        if let (continuation, response) = effects.reply { continuation.resume(returning: response) }
         self.count(effects.counts)
         if effects.pauseReading || effects.resumeReading { self.applyReadingToTransport() }
         if let reason = effects.closeTransport {
