@@ -154,6 +154,28 @@ struct BenchResult {
     var ratio: Double?
     var handlerRatio: Double?
 
+    /// A round-trip workload's figures: `sortedLatencies` has one entry per message, in ascending order.
+    static func roundTrips(
+        _ workload: String,
+        concurrency: Int,
+        elapsed: Duration,
+        sortedLatencies latencies: [Duration],
+        wireBytes: Int? = nil
+    ) -> BenchResult {
+        BenchResult(
+            workload: workload,
+            count: latencies.count,
+            concurrency: concurrency,
+            messagesPerSecond: Double(latencies.count) / elapsed.seconds,
+            p50: percentile(latencies, 0.5),
+            p99: percentile(latencies, 0.99),
+            wireBytes: wireBytes,
+            data: "pattern",
+            compressed: false,
+            direction: "both"
+        )
+    }
+
     var json: [String: Any] {
         var object: [String: Any] = [
             "workload": self.workload, "count": self.count, "concurrency": self.concurrency, "data": self.data,

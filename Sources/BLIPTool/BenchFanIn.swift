@@ -3,7 +3,6 @@ internal import BLIPWebSocket
 internal import Foundation
 internal import NIOConcurrencyHelpers
 internal import NIOCore
-internal import Synchronization
 
 extension BenchRunner {
     /// `connections` clients against one server, each keeping `concurrency` 100-byte echo requests in flight,
@@ -29,23 +28,15 @@ extension BenchRunner {
                         for _ in 0..<10 { _ = try await connection.sendRequest(request) }  // warm up
                         await ready.arrive()
                         clock.startIfNeeded(cpu: self.serverProcessID.flatMap(ProcessCPUTime.of))
-                        return try await withThrowingTaskGroup(of: [Duration].self) { inFlight in
-                            for _ in 0..<concurrency {
-                                inFlight.addTask {
-                                    var latencies: [Duration] = []
-                                    while next.value.add(1, ordering: .relaxed).oldValue < count {
-                                        let start = ContinuousClock.now
-                                        _ = try await connection.sendRequest(request)
-                                        latencies.append(ContinuousClock.now - start)
-                                        if latencies.count % 500 == 0 {
-                                            progress.show(name, next.value.load(ordering: .relaxed), count)
-                                        }
-                                    }
-                                    return latencies
-                                }
-                            }
-                            return try await inFlight.reduce(into: []) { $0 += $1 }
-                        }
+                        return try await Self.keepInFlight(
+                            request,
+                            on: connection,
+                            concurrency: concurrency,
+                            until: next,
+                            reaches: count,
+                            name: name,
+                            progress: progress
+                        )
                     }
                 }
             }
@@ -57,18 +48,14 @@ extension BenchRunner {
             let perThousand = (cpuAfter - cpuBefore).seconds / Double(latencies.count) * 1000
             extra["server_cpu_s_per_1000"] = (perThousand * 10_000).rounded() / 10_000
         }
-        return BenchResult(
-            workload: name,
-            count: latencies.count,
+        var result = BenchResult.roundTrips(
+            name,
             concurrency: connections * concurrency,
-            messagesPerSecond: Double(latencies.count) / elapsed.seconds,
-            p50: percentile(latencies, 0.5),
-            p99: percentile(latencies, 0.99),
-            data: "pattern",
-            compressed: false,
-            direction: "both",
-            extra: extra
+            elapsed: elapsed,
+            sortedLatencies: latencies
         )
+        result.extra = extra
+        return result
     }
 }
 

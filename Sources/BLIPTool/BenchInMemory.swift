@@ -27,16 +27,6 @@ extension BenchRunner {
         }
         _ = await server.close()
         _ = await serverRun
-        return BenchResult(
-            workload: "in-memory-rt",
-            count: count,
-            concurrency: 1,
-            messagesPerSecond: Double(count) / elapsed.seconds,
-            p50: percentile(latencies, 0.5),
-            p99: percentile(latencies, 0.99),
-            data: "pattern",
-            compressed: false,
-            direction: "both"
-        )
+        return .roundTrips("in-memory-rt", concurrency: 1, elapsed: elapsed, sortedLatencies: latencies)
     }
 }

@@ -172,17 +172,12 @@ struct BenchRunner {
                 )
             }
         }
-        return BenchResult(
-            workload: onLoop ? "\(name)-on-loop" : name,
-            count: count,
+        return .roundTrips(
+            onLoop ? "\(name)-on-loop" : name,
             concurrency: concurrency,
-            messagesPerSecond: Double(count) / elapsed.seconds,
-            p50: percentile(latencies, 0.5),
-            p99: percentile(latencies, 0.99),
-            wireBytes: wire,
-            data: "pattern",
-            compressed: false,
-            direction: "both"
+            elapsed: elapsed,
+            sortedLatencies: latencies,
+            wireBytes: wire
         )
     }
 
@@ -197,13 +192,39 @@ struct BenchRunner {
     ) async throws -> (Duration, [Duration], Int) {
         for _ in 0..<warmUp { _ = try await connection.sendRequest(request) }
         let before = connection.statistics
-        let next = SharedCounter()
         let started = ContinuousClock.now
-        let latencies = try await withThrowingTaskGroup(of: [Duration].self) { group in
+        let latencies = try await Self.keepInFlight(
+            request,
+            on: connection,
+            concurrency: concurrency,
+            until: SharedCounter(),
+            reaches: count,
+            name: name,
+            progress: progress
+        )
+        let elapsed = ContinuousClock.now - started
+        let after = connection.statistics
+        return (
+            elapsed, latencies.sorted(),
+            after.bytesSent + after.bytesReceived - before.bytesSent - before.bytesReceived
+        )
+    }
+
+    /// Keeps `concurrency` copies of `request` in flight on `connection` until `next` (shared with other
+    /// connections, for fanin) reaches `count`; returns each request's round-trip time, in no order.
+    static func keepInFlight(
+        _ request: BLIPRequest,
+        on connection: BLIPConnection,
+        concurrency: Int,
+        until next: SharedCounter,
+        reaches count: Int,
+        name: String,
+        progress: Progress
+    ) async throws -> [Duration] {
+        try await withThrowingTaskGroup(of: [Duration].self) { group in
             for _ in 0..<concurrency {
                 group.addTask {
                     var latencies: [Duration] = []
-                    latencies.reserveCapacity(count / concurrency + 1)
                     while next.value.add(1, ordering: .relaxed).oldValue < count {
                         let start = ContinuousClock.now
                         _ = try await connection.sendRequest(request)
@@ -217,12 +238,6 @@ struct BenchRunner {
             }
             return try await group.reduce(into: []) { $0 += $1 }
         }
-        let elapsed = ContinuousClock.now - started
-        let after = connection.statistics
-        return (
-            elapsed, latencies.sorted(),
-            after.bytesSent + after.bytesReceived - before.bytesSent - before.bytesReceived
-        )
     }
 
     func bulk(size: Int, data: BenchmarkData, compressed: Bool, direction: BenchCommand.Direction) async throws
@@ -370,17 +385,7 @@ struct BenchRunner {
         let started = ContinuousClock.now
         let latencies = try await socket.measureEchoes(of: message, count: count, inFlight: concurrency).sorted()
         let elapsed = ContinuousClock.now - started
-        return BenchResult(
-            workload: name,
-            count: count,
-            concurrency: concurrency,
-            messagesPerSecond: Double(count) / elapsed.seconds,
-            p50: percentile(latencies, 0.5),
-            p99: percentile(latencies, 0.99),
-            data: "pattern",
-            compressed: false,
-            direction: "both"
-        )
+        return .roundTrips(name, concurrency: concurrency, elapsed: elapsed, sortedLatencies: latencies)
     }
 
     func rawConnect() async throws -> BLIPRawWebSocket {
@@ -418,17 +423,7 @@ struct BenchRunner {
         }
         let elapsed = ContinuousClock.now - started
         latencies.sort()
-        return BenchResult(
-            workload: name,
-            count: count,
-            concurrency: concurrency,
-            messagesPerSecond: Double(count) / elapsed.seconds,
-            p50: percentile(latencies, 0.5),
-            p99: percentile(latencies, 0.99),
-            data: "pattern",
-            compressed: false,
-            direction: "both"
-        )
+        return .roundTrips(name, concurrency: concurrency, elapsed: elapsed, sortedLatencies: latencies)
     }
 
     func rawBulk(size: Int, direction: BenchCommand.Direction) async throws -> BenchResult {

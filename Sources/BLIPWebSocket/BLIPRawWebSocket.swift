@@ -202,19 +202,12 @@ final class RawClientSink: FrameSink {
 
     func closed(_ status: BLIPCloseStatus) {
         let error = status.failure
-        let waiter = self.state.withLockedValue {
-            state -> CheckedContinuation<(message: ByteBuffer, isText: Bool)?, any Error>? in
+        let (waiter, driver) = self.state.withLockedValue { state in
             state.closed = true
             state.error = error
-            defer { state.waiter = nil }
-            return state.waiter
+            return (state.waiter.take(), state.driver.take())
         }
-        if let driver = self.state.withLockedValue({ state in
-            defer { state.driver = nil }
-            return state.driver
-        }) {
-            driver.continuation.resume(throwing: error ?? BLIPConnectionError(.connectionClosed, "closed"))
-        }
+        driver?.continuation.resume(throwing: error ?? BLIPConnectionError(.connectionClosed, "closed"))
         if let error { waiter?.resume(throwing: error) } else { waiter?.resume(returning: nil) }
     }
 }

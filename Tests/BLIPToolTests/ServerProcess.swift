@@ -1,5 +1,7 @@
 import Foundation
 
+@testable import BLIPTool
+
 /// `blip serve` in a child process, started through `sh` so that it can run under a lower file descriptor
 /// limit than this test process (which cannot lower its own safely while other tests run).
 final class ServerProcess: @unchecked Sendable {  // lets only; Process is safe across threads
@@ -55,16 +57,8 @@ final class ServerProcess: @unchecked Sendable {  // lets only; Process is safe 
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(self.processID)/fd").count) ?? 0
     }
 
-    /// CPU time the process has used so far (user + system), from /proc/<pid>/stat.
-    var cpuTime: Duration {
-        guard let stat = try? String(contentsOfFile: "/proc/\(self.processID)/stat", encoding: .utf8),
-            let afterName = stat.range(of: ")", options: .backwards)
-        else { return .zero }
-        // After the name: state is field 3; utime and stime are fields 14 and 15, in clock ticks.
-        let fields = stat[afterName.upperBound...].split(separator: " ")
-        let ticks = (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
-        return .milliseconds(ticks * 1000 / sysconf(Int32(_SC_CLK_TCK)))
-    }
+    /// CPU time the process has used so far (user + system), read as `blip bench` reads its server's.
+    var cpuTime: Duration { ProcessCPUTime.of(self.processID) ?? .zero }
 
     /// Starts the server on a Dispatch thread: starting waits for the child's first line, which would hold one
     /// of the two threads of Swift concurrency on a two-core machine (every suite's tasks share them).

@@ -8,10 +8,7 @@ extension ConnectionCore {
     /// Starts a handler for a request, or queues it (in arrival order) while every handler slot is busy.
     /// The connection keeps reading either way: a running handler may be waiting for the peer.
     func dispatch(_ work: Work, _ state: inout State, effects: inout Effects) {
-        let slots = self.router.handlerOrder == .serial ? 1 : self.configuration.maximumConcurrentHandlers
-        if state.runningHandlers < slots && effects.work == nil
-            && state.pendingWork.isEmpty
-        {
+        if self.mayStartHandler(state, effects) {
             state.runningHandlers += 1
             effects.work = work
         } else {
@@ -23,10 +20,7 @@ extension ConnectionCore {
     /// Takes a request for a synchronous handler: runs it after the lock when it may start now (a slot is
     /// free and nothing waits ahead of it), else queues it like any other, to run in a task.
     func dispatchSynchronous(_ work: ImmediateWork, _ state: inout State, effects: inout Effects) {
-        let slots = self.router.handlerOrder == .serial ? 1 : self.configuration.maximumConcurrentHandlers
-        if state.runningHandlers < slots && effects.work == nil && effects.immediate == nil
-            && state.pendingWork.isEmpty
-        {
+        if self.mayStartHandler(state, effects) {
             state.runningHandlers += 1
             effects.immediate = work
         } else {
@@ -39,6 +33,14 @@ extension ConnectionCore {
             ) { try handler($0, $1) }
             self.dispatch(queued, &state, effects: &effects)
         }
+    }
+
+    /// Whether a request's handler may start now: a slot is free (one in serial order), nothing waits ahead
+    /// of it, and this operation starts no other (one frame completes at most one request).
+    private func mayStartHandler(_ state: State, _ effects: Effects) -> Bool {
+        let slots = self.router.handlerOrder == .serial ? 1 : self.configuration.maximumConcurrentHandlers
+        return state.runningHandlers < slots && state.pendingWork.isEmpty && effects.work == nil
+            && effects.immediate == nil
     }
 
     /// Runs a synchronous handler where its request arrived (no lock held), sends its reply, and hands its
@@ -58,11 +60,7 @@ extension ConnectionCore {
         var next: Work? = first
         while let work = next {
             await self.handle(work)
-            if case .handle(_, _, _, let charge, _) = work {
-                next = self.handlerFinished(charge: charge)
-            } else {
-                next = self.handlerFinished(charge: 0)
-            }
+            next = self.handlerFinished(charge: work.charge)
         }
     }
 

@@ -42,6 +42,11 @@ final class ConnectionCore: Sendable {
         /// `charge`: the bytes the request counts against the buffer budget until its handler is done.
         case handle(BLIPRequest, number: UInt64, expectsReply: Bool, charge: Int, BLIPRouter.Handler)
         case handleStreaming(BLIPStreamedRequest, number: UInt64, expectsReply: Bool, BLIPRouter.StreamingHandler)
+
+        /// The bytes to release when the handler is done (a streamed body releases its own as it is read).
+        var charge: Int {
+            if case .handle(_, _, _, let charge, _) = self { charge } else { 0 }
+        }
     }
 
     /// A request for a ``BLIPRouter/SynchronousHandler`` that runs where it arrived.
