@@ -104,14 +104,14 @@ let package = Package(
         ),
         .testTarget(
             name: "BLIPTests",
-            dependencies: ["BLIP", "BLIPEngine", "BLIPWire", nioCore, logging],
+            dependencies: ["BLIP", "BLIPEngine", "BLIPWire", nioCore, nioLocks, logging],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "BLIPWebSocketTests",
             dependencies: [
-                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioHTTP1, nioWebSocket, nioSSL, crypto, logging,
-                .product(name: "NIOEmbedded", package: "swift-nio"),
+                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto,
+                logging, .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -123,7 +123,7 @@ let package = Package(
         .testTarget(
             name: "BLIPToolTests",
             dependencies: [
-                "BLIPTool", "BLIPWebSocket", "BLIP", nioCore, nioPosix,
+                "BLIPTool", "BLIPWebSocket", "BLIP", nioCore, nioPosix, nioLocks,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -1,4 +1,5 @@
 import BLIP
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -149,13 +150,13 @@ struct BackpressureTests {
 
     @Test("handlers beyond the concurrency limit wait in arrival order")
     func handlersQueueInOrder() async throws {
-        let order = Mutex<[Int]>([])
+        let order = NIOLockedValueBox<[Int]>([])
         let gate = Latch()
         var router = BLIPRouter()
         router.register(profile: "ordered") { request, _ in
             let index = Int(request.properties["Index"]!)!
             if index == 0 { await gate.wait() }
-            order.withLock { $0.append(index) }
+            order.withLockedValue { $0.append(index) }
             return BLIPResponse()
         }
         var configuration = BLIPConnection.Configuration()
@@ -175,22 +176,22 @@ struct BackpressureTests {
             }
             gate.open()
             try await sends.value
-            for _ in 0..<500 where order.withLock({ $0.count }) < 20 {
+            for _ in 0..<500 where order.withLockedValue({ $0.count }) < 20 {
                 try await Task.sleep(for: .milliseconds(10))
             }
         }
         #expect(server.statistics.readPausesForBacklog >= 1)
-        #expect(order.withLock { $0 } == Array(0..<20))
+        #expect(order.withLockedValue { $0 } == Array(0..<20))
     }
 }
 
 /// Waiters wait until the test opens it; it stays open.
 final class Latch: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = NIOLockedValueBox<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
         await withCheckedContinuation { continuation in
-            let resume = self.state.withLock { state -> Bool in
+            let resume = self.state.withLockedValue { state -> Bool in
                 if state.open { return true }
                 state.waiters.append(continuation)
                 return false
@@ -200,7 +201,7 @@ final class Latch: Sendable {
     }
 
     func open() {
-        let waiters = self.state.withLock { state in
+        let waiters = self.state.withLockedValue { state in
             state.open = true
             defer { state.waiters = [] }
             return state.waiters

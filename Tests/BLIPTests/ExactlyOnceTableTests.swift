@@ -1,5 +1,6 @@
 import BLIPEngine
 import BLIPWire
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -85,12 +86,14 @@ struct ExactlyOnceTableTests {
     /// Lets a body go on or fail, once the test decides; a cancelled wait throws (a body sequence must
     /// honour cancellation: a call whose connection closed cancels its body and waits for it).
     final class Gate: Sendable {
-        private let state = Mutex<(decision: Bool?, waiter: CheckedContinuation<Bool, any Error>?)>((nil, nil))
+        private let state = NIOLockedValueBox<(decision: Bool?, waiter: CheckedContinuation<Bool, any Error>?)>(
+            (nil, nil)
+        )
 
         func passes() async throws -> Bool {
             try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { continuation in
-                    let decided = self.state.withLock { state -> Bool? in
+                    let decided = self.state.withLockedValue { state -> Bool? in
                         if let decision = state.decision { return decision }
                         state.waiter = continuation
                         return nil
@@ -98,7 +101,7 @@ struct ExactlyOnceTableTests {
                     if let decided { continuation.resume(returning: decided) }
                 }
             } onCancel: {
-                let waiter = self.state.withLock { state in
+                let waiter = self.state.withLockedValue { state in
                     defer { state.waiter = nil }
                     return state.waiter
                 }
@@ -107,7 +110,7 @@ struct ExactlyOnceTableTests {
         }
 
         func decide(_ passes: Bool) {
-            let waiter = self.state.withLock { state in
+            let waiter = self.state.withLockedValue { state in
                 state.decision = passes
                 defer { state.waiter = nil }
                 return state.waiter
@@ -240,13 +243,13 @@ struct ExactlyOnceTableTests {
 
     /// The call's outcome, moving frames both ways while it runs; nil (and an issue) if it never ends.
     private func outcome(of call: Task<String?, Never>, peer: ScriptedPeer, cell: Cell) async -> String?? {
-        let finished = Mutex(false)
+        let finished = NIOLockedValueBox(false)
         let waiter = Task {
             let value = await call.value
-            finished.withLock { $0 = true }
+            finished.withLockedValue { $0 = true }
             return value
         }
-        let ended = await self.exchange(peer, rounds: 20_000) { _ in finished.withLock { $0 } }
+        let ended = await self.exchange(peer, rounds: 20_000) { _ in finished.withLockedValue { $0 } }
         guard ended else {
             Issue.record("\(cell.testDescription): the call did not end")
             call.cancel()
@@ -284,12 +287,12 @@ extension ScriptedPeer {
 
 /// Every progress report of one request, checked for the promises of ``BLIPMessageProgress``.
 final class ProgressLog: Sendable {
-    private let reports = Mutex<[BLIPMessageProgress]>([])
+    private let reports = NIOLockedValueBox<[BLIPMessageProgress]>([])
 
-    var all: [BLIPMessageProgress] { self.reports.withLock { $0 } }
+    var all: [BLIPMessageProgress] { self.reports.withLockedValue { $0 } }
 
     @Sendable func record(_ progress: BLIPMessageProgress) {
-        self.reports.withLock { $0.append(progress) }
+        self.reports.withLockedValue { $0.append(progress) }
     }
 
     /// Waits (at most 5 s: the final report may come just after the call ended) for the final report, then

@@ -1,4 +1,5 @@
 import BLIP
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -7,7 +8,7 @@ import Testing
 @Suite("Handler order", .timeLimit(.minutes(2)))
 struct HandlerOrderTests {
     final class Observations: Sendable {
-        let seen = Mutex<[Int]>([])
+        let seen = NIOLockedValueBox<[Int]>([])
         let running = Atomic<Int>(0)
         let mostAtOnce = Atomic<Int>(0)
     }
@@ -19,7 +20,7 @@ struct HandlerOrderTests {
             observations.mostAtOnce.max(now, ordering: .relaxed)
             // Give other handlers every chance to start meanwhile.
             await Task.yield()
-            observations.seen.withLock { $0.append(Int(request.properties["Seq"] ?? "") ?? -1) }
+            observations.seen.withLockedValue { $0.append(Int(request.properties["Seq"] ?? "") ?? -1) }
             await Task.yield()
             observations.running.wrappingSubtract(1, ordering: .relaxed)
             return BLIPResponse()
@@ -39,7 +40,7 @@ struct HandlerOrderTests {
             // A request with a reply, after them all, comes back once they have all been handled.
             _ = try await connection.sendRequest(BLIPRequest(profile: "changes", properties: ["Seq": "\(count)"]))
         }
-        let seen = observations.seen.withLock { $0 }
+        let seen = observations.seen.withLockedValue { $0 }
         #expect(seen == Array(0...count))
         #expect(observations.mostAtOnce.load(ordering: .relaxed) == 1)
     }
@@ -49,12 +50,12 @@ struct HandlerOrderTests {
         #expect(BLIPRouter().handlerOrder == .concurrent)
         let observations = Observations()
         var router = Self.router(order: .concurrent, observations: observations)
-        let gate = Mutex(0)
+        let gate = NIOLockedValueBox(0)
         router.register(profile: "meet") { _, _ in
             // Each waits (bounded) until two are inside at once: only possible when handlers overlap.
-            gate.withLock { $0 += 1 }
-            for _ in 0..<4_000 where gate.withLock({ $0 }) < 2 { try await Task.sleep(for: .milliseconds(5)) }
-            return BLIPResponse(text: "\(gate.withLock { $0 })")
+            gate.withLockedValue { $0 += 1 }
+            for _ in 0..<4_000 where gate.withLockedValue({ $0 }) < 2 { try await Task.sleep(for: .milliseconds(5)) }
+            return BLIPResponse(text: "\(gate.withLockedValue { $0 })")
         }
         let peers = InMemoryPeers(router: router)
         try await peers.run { connection in

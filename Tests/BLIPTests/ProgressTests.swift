@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -130,17 +131,17 @@ struct ProgressTests {
         let peers = InMemoryPeers(router: Self.router())
         try await peers.run { connection in
             let log = ProgressLog()
-            let call = Mutex<Task<BLIPResponse, any Error>?>(nil)
+            let call = NIOLockedValueBox<Task<BLIPResponse, any Error>?>(nil)
             let (stored, storing) = AsyncStream.makeStream(of: Never.self)
             let task = Task {
                 for await _ in stored {}  // until the handler can find this task
                 return try await connection.sendRequest(BLIPRequest(profile: "echo", body: pattern(1_000_000))) {
                     progress in
                     log.record(progress)
-                    if progress.state == .sending { call.withLock { $0?.cancel() } }
+                    if progress.state == .sending { call.withLockedValue { $0?.cancel() } }
                 }
             }
-            call.withLock { $0 = task }
+            call.withLockedValue { $0 = task }
             storing.finish()
             await #expect(throws: CancellationError.self) { try await task.value }
             await log.check(endsIn: .failed)

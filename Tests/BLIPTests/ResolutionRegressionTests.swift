@@ -2,6 +2,7 @@ import BLIPEngine
 import BLIPWire
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -55,16 +56,16 @@ struct ResolutionRegressionTests {
     func readingPauseAndResumeCross() async throws {
         let transport = ManualTransport()
         let gate = Latch()
-        let handled = Mutex<[String]>([])
-        let firstStarted = Mutex(false)
+        let handled = NIOLockedValueBox<[String]>([])
+        let firstStarted = NIOLockedValueBox(false)
         var router = BLIPRouter()
         router.register(profile: "work") { request, _ in
             let name = request.properties["Name"] ?? ""
             if name == "first" {
-                firstStarted.withLock { $0 = true }
+                firstStarted.withLockedValue { $0 = true }
                 await gate.wait()
             }
-            handled.withLock { $0.append(name) }
+            handled.withLockedValue { $0.append(name) }
             return BLIPResponse()
         }
         var configuration = BLIPConnection.Configuration()
@@ -74,7 +75,7 @@ struct ResolutionRegressionTests {
         let peer = UncheckedPeer(ScriptedPeer(transport: transport))
         try peer.send("first")
         // The first handler is running (and waits at the gate) once the request is read.
-        for _ in 0..<500 where !firstStarted.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        for _ in 0..<500 where !firstStarted.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
         // The second request queues behind it: reading pauses. Inside that pause call the first handler is
         // let go and finishes, the queue empties and reading resumes, before the pause takes effect.
         transport.setPauseHook {
@@ -85,8 +86,10 @@ struct ResolutionRegressionTests {
         transport.setPauseHook(nil)
         #expect(transport.resumeCount >= 1, "the handler never resumed reading")
         #expect(!transport.isReadingPaused, "the transport was left paused")
-        for _ in 0..<500 where handled.withLock({ $0.count }) < 2 { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(handled.withLock { $0 } == ["first", "second"])
+        for _ in 0..<500 where handled.withLockedValue({ $0.count }) < 2 {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(handled.withLockedValue { $0 } == ["first", "second"])
         await connection.close()
         _ = await running.value
     }
@@ -96,9 +99,9 @@ struct ResolutionRegressionTests {
     @Test("no log call is made while the connection's lock is held")
     func noLoggingUnderTheLock() async throws {
         let logs = CapturingLogHandler.Store()
-        let watched = Mutex<BLIPConnection?>(nil)
-        logs.hook.withLock { hook in
-            hook = { _ = watched.withLock { $0 }?.statistics }
+        let watched = NIOLockedValueBox<BLIPConnection?>(nil)
+        logs.hook.withLockedValue { hook in
+            hook = { _ = watched.withLockedValue { $0 }?.statistics }
         }
         var router = standardRouter()
         router.registerStreaming(profile: "stream-sink") { request, _ in
@@ -115,7 +118,7 @@ struct ResolutionRegressionTests {
             router: router,
             logger: logs.logger()
         )
-        watched.withLock { $0 = serverConnection }
+        watched.withLockedValue { $0 = serverConnection }
         let serverRun = Task { await serverConnection.run() }
         try await withBLIPConnection(over: client) { connection in
             _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "hi", compressed: true))
@@ -259,16 +262,16 @@ struct ResolutionRegressionTests {
         let transport = ManualTransport()
         let connection = BLIPConnection(transport: transport)
         let peer = ScriptedPeer(transport: transport)
-        let finished = Mutex(false)
+        let finished = NIOLockedValueBox(false)
         let call = Task {
-            defer { finished.withLock { $0 = true } }
+            defer { finished.withLockedValue { $0 = true } }
             _ = try await connection.sendRequest(
                 BLIPRequest(profile: "x"),
                 body: FailingBody(chunks: 2, chunkSize: 100_000)
             )
         }
         // Frames and ACKs cross by hand until the call has ended (10 s at most).
-        for _ in 0..<10_000 where !finished.withLock({ $0 }) {
+        for _ in 0..<10_000 where !finished.withLockedValue({ $0 }) {
             try peer.receive()
             try peer.flush()
             try await Task.sleep(for: .milliseconds(1))
@@ -316,10 +319,10 @@ struct ResolutionRegressionTests {
 
     @Test("a request that cannot be encoded throws invalidMessage and sends nothing")
     func unencodableRequest() async throws {
-        let handled = Mutex(0)
+        let handled = NIOLockedValueBox(0)
         var router = BLIPRouter()
         router.register(profile: "count") { _, _ in
-            handled.withLock { $0 += 1 }
+            handled.withLockedValue { $0 += 1 }
             return BLIPResponse()
         }
         let peers = InMemoryPeers(router: router)
@@ -338,7 +341,7 @@ struct ResolutionRegressionTests {
             #expect(connection.statistics.framesSent == 0)
             _ = try await connection.sendRequest(BLIPRequest(profile: "count"))
         }
-        #expect(handled.withLock { $0 } == 1)
+        #expect(handled.withLockedValue { $0 } == 1)
     }
 }
 

@@ -1,6 +1,7 @@
 import BLIPEngine
 import BLIPWire
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -150,7 +151,7 @@ struct StreamedReplyTests {
         let serverConnection = BLIPConnection(transport: server, router: router, logger: logs.logger(level: .info))
         // Taking the connection's lock in the log handler hangs (past the time limit) if a log call is made
         // under it.
-        logs.hook.withLock { $0 = { _ = serverConnection.isClosed } }
+        logs.hook.withLockedValue { $0 = { _ = serverConnection.isClosed } }
         let serverRun = Task { await serverConnection.run() }
         try await withBLIPConnection(over: client) { connection in
             let error = await #expect(throws: BLIPError.self) {
@@ -217,7 +218,7 @@ struct StreamedReplyTests {
         let serverRun = Task { await serverConnection.run() }
         let clientConnection = BLIPConnection(transport: client)
         let clientRun = Task { await clientConnection.run() }
-        let failures = Mutex(0)
+        let failures = NIOLockedValueBox(0)
         do {
             if streamingReader {
                 let reply = try await clientConnection.sendRequestStreamingReply(BLIPRequest(profile: "broken"))
@@ -226,10 +227,10 @@ struct StreamedReplyTests {
                 _ = try await clientConnection.sendRequest(BLIPRequest(profile: "broken"))
             }
         } catch let error as BLIPConnectionError {
-            failures.withLock { $0 += 1 }
+            failures.withLockedValue { $0 += 1 }
             #expect(error.closeStatus?.code == .internalError)
         }
-        #expect(failures.withLock { $0 } == 1)
+        #expect(failures.withLockedValue { $0 } == 1)
         let serverStatus = await serverRun.value
         #expect(serverStatus.code == .internalError && serverStatus.initiator == .local)
         let clientStatus = await clientRun.value
@@ -278,21 +279,21 @@ struct StreamedReplyTests {
     @Test("a no-reply request's streamed reply is never pulled")
     func noReplyNeverPulled() async throws {
         let meter = BodyMeter()
-        let handled = Mutex(false)
+        let handled = NIOLockedValueBox(false)
         var router = Self.router(meter: meter)
         router.register(profile: "note") { _, _ in
-            handled.withLock { $0 = true }
+            handled.withLockedValue { $0 = true }
             return BLIPResponse(bodyStream: MeteredBody(total: 100_000, chunk: 1_000, meter: meter))
         }
         let peers = InMemoryPeers(router: router)
         try await peers.run { connection in
             try await connection.sendNoReply(BLIPRequest(profile: "note"))
             // Handlers run concurrently: wait for this one (5 s at most), then a round trip.
-            for _ in 0..<500 where !handled.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+            for _ in 0..<500 where !handled.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
             _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
             try await Task.sleep(for: .milliseconds(20))
         }
-        #expect(handled.withLock { $0 })
+        #expect(handled.withLockedValue { $0 })
         #expect(meter.iteratorsMade == 0)
     }
 

@@ -1,4 +1,5 @@
 import BLIP
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -136,23 +137,23 @@ struct StreamingAndNoReplyTests {
 struct CancellationAndCloseTests {
     @Test("cancelling a waiting request throws CancellationError and leaves the connection consistent")
     func cancelWaiting() async throws {
-        let release = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let release = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
         var router = BLIPRouter()
         router.register(profile: "slow") { _, _ in
-            await withCheckedContinuation { continuation in release.withLock { $0 = continuation } }
+            await withCheckedContinuation { continuation in release.withLockedValue { $0 = continuation } }
             return BLIPResponse(text: "late")
         }
         router.register(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
         let peers = InMemoryPeers(router: router)
         try await peers.run { connection in
             let waiting = Task { try await connection.sendRequest(BLIPRequest(profile: "slow")) }
-            while release.withLock({ $0 == nil }) { await Task.yield() }
+            while release.withLockedValue({ $0 == nil }) { await Task.yield() }
             waiting.cancel()
             await #expect(throws: CancellationError.self) { try await waiting.value }
             // The late reply is dropped; other requests work before and after it.
             let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "still fine"))
             #expect(String(buffer: reply.body) == "still fine")
-            release.withLock { $0?.resume() }
+            release.withLockedValue { $0?.resume() }
             let after = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
             #expect(String(buffer: after.body) == "after")
         }
@@ -160,10 +161,10 @@ struct CancellationAndCloseTests {
 
     @Test("a request cancelled before it runs is never sent")
     func cancelBeforeSend() async throws {
-        let count = Mutex(0)
+        let count = NIOLockedValueBox(0)
         var router = BLIPRouter()
         router.register(profile: "count") { _, _ in
-            count.withLock { $0 += 1 }
+            count.withLockedValue { $0 += 1 }
             return BLIPResponse()
         }
         let peers = InMemoryPeers(router: router)
@@ -175,7 +176,7 @@ struct CancellationAndCloseTests {
             await #expect(throws: CancellationError.self) { try await task.value }
             _ = try await connection.sendRequest(BLIPRequest(profile: "count"))
         }
-        #expect(count.withLock { $0 } == 1)
+        #expect(count.withLockedValue { $0 } == 1)
     }
 
     @Test(

@@ -1,4 +1,5 @@
 import BLIP
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 import Testing
@@ -9,12 +10,12 @@ import Testing
 struct SynchronousHandlerTests {
     /// Where each call of a synchronous handler ran.
     final class Calls: Sendable {
-        let inTask = Mutex<[Bool]>([])
-        let order = Mutex<[Int]>([])
+        let inTask = NIOLockedValueBox<[Bool]>([])
+        let order = NIOLockedValueBox<[Int]>([])
 
         func record(_ request: BLIPRequest) {
-            self.inTask.withLock { $0.append(withUnsafeCurrentTask { $0 != nil }) }
-            self.order.withLock { $0.append(Int(request.properties["Seq"] ?? "") ?? -1) }
+            self.inTask.withLockedValue { $0.append(withUnsafeCurrentTask { $0 != nil }) }
+            self.order.withLockedValue { $0.append(Int(request.properties["Seq"] ?? "") ?? -1) }
         }
     }
 
@@ -37,8 +38,8 @@ struct SynchronousHandlerTests {
                 #expect(reply.properties["Number"] == "\(index + 1)")
             }
         }
-        #expect(calls.inTask.withLock { $0 } == Array(repeating: false, count: 50))
-        #expect(calls.order.withLock { $0 } == Array(0..<50))
+        #expect(calls.inTask.withLockedValue { $0 } == Array(repeating: false, count: 50))
+        #expect(calls.order.withLockedValue { $0 } == Array(0..<50))
     }
 
     @Test("a thrown BLIPError is the ERR reply; any other error is BLIP/501")
@@ -81,17 +82,17 @@ struct SynchronousHandlerTests {
             // One frame came back: the reply to "done".
             #expect(connection.statistics.framesReceived == 1)
         }
-        #expect(calls.order.withLock { $0 } == Array(0..<20))
+        #expect(calls.order.withLockedValue { $0 } == Array(0..<20))
     }
 
     /// Serial order: a synchronous handler waits behind a slow async one, then runs in a task, in order.
     @Test("serial order: behind a running async handler it waits its turn, and order holds")
     func serialWaitsItsTurn() async throws {
         let calls = Calls()
-        let release = Mutex(false)
+        let release = NIOLockedValueBox(false)
         var router = BLIPRouter(handlerOrder: .serial)
         router.register(profile: "slow") { request, _ in
-            for _ in 0..<2_000 where !release.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+            for _ in 0..<2_000 where !release.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
             calls.record(request)
             return BLIPResponse()
         }
@@ -109,21 +110,21 @@ struct SynchronousHandlerTests {
             for _ in 0..<2_000 where peers.serverConnection.statistics.requestsQueuedForHandler < 5 {
                 try await Task.sleep(for: .milliseconds(5))
             }
-            #expect(calls.order.withLock { $0 }.isEmpty)
-            release.withLock { $0 = true }
+            #expect(calls.order.withLockedValue { $0 }.isEmpty)
+            release.withLockedValue { $0 = true }
             _ = try await connection.sendRequest(BLIPRequest(profile: "fast", properties: ["Seq": "6"]))
         }
-        #expect(calls.order.withLock { $0 } == Array(0...6))
+        #expect(calls.order.withLockedValue { $0 } == Array(0...6))
         // The five that waited ran in a task, after the slow handler (the last may find the way clear or not).
-        #expect(calls.inTask.withLock { $0 }.prefix(6) == [true, true, true, true, true, true])
+        #expect(calls.inTask.withLockedValue { $0 }.prefix(6) == [true, true, true, true, true, true])
     }
 
     @Test("with every handler slot taken, it waits for one like any handler, and is answered")
     func waitsForASlot() async throws {
-        let release = Mutex(false)
+        let release = NIOLockedValueBox(false)
         var router = BLIPRouter()
         router.register(profile: "hold") { _, _ in
-            for _ in 0..<2_000 where !release.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+            for _ in 0..<2_000 where !release.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
             return BLIPResponse(text: "held")
         }
         router.registerSynchronous(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
@@ -138,7 +139,7 @@ struct SynchronousHandlerTests {
                 try await Task.sleep(for: .milliseconds(5))
             }
             #expect(peers.serverConnection.statistics.requestsQueuedForHandler == 1)
-            release.withLock { $0 = true }
+            release.withLockedValue { $0 = true }
             #expect(try await String(buffer: echoed.body) == "after")
             #expect(try await [first, second].map { String(buffer: $0.body) } == ["held", "held"])
         }

@@ -2,6 +2,7 @@ import ArgumentParser
 import BLIP
 import BLIPWebSocket
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -356,7 +357,7 @@ struct RequireBasicTests {
         configuration.heartbeatInterval = nil
         if let authorization { configuration.headers = [("Authorization", authorization)] }
         do {
-            let identity = Mutex("")
+            let identity = NIOLockedValueBox("")
             try await BLIPWebSocketClient.connect(
                 to: "ws://127.0.0.1:\(port)/",
                 configuration: configuration,
@@ -364,9 +365,9 @@ struct RequireBasicTests {
             ) {
                 connection in
                 let reply = try await connection.sendRequest(BLIPRequest(profile: "whoami"))
-                identity.withLock { $0 = String(buffer: reply.body) }
+                identity.withLockedValue { $0 = String(buffer: reply.body) }
             }
-            return .success(identity.withLock { $0 })
+            return .success(identity.withLockedValue { $0 })
         } catch let error as BLIPConnectionError {
             return .failure(error)
         } catch {

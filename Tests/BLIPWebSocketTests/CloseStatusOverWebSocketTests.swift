@@ -1,4 +1,5 @@
 import BLIP
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -46,16 +47,16 @@ struct CloseStatusOverWebSocketTests {
                             group.addTask {
                                 do {
                                     _ = try await connection.sendRequest(BLIPRequest(profile: "hold"))
-                                    outcomes.list.withLock { $0.append("reply") }
+                                    outcomes.list.withLockedValue { $0.append("reply") }
                                 } catch let error as BLIPConnectionError {
                                     let status = error.closeStatus
-                                    outcomes.list.withLock {
+                                    outcomes.list.withLockedValue {
                                         $0.append(
                                             "\(status?.initiator.description ?? "-") \(status?.code.rawValue ?? 0) \(status?.reason ?? "")"
                                         )
                                     }
                                 } catch {
-                                    outcomes.list.withLock { $0.append("other \(error)") }
+                                    outcomes.list.withLockedValue { $0.append("other \(error)") }
                                 }
                             }
                         }
@@ -70,7 +71,7 @@ struct CloseStatusOverWebSocketTests {
             }
             let status = try #require(error?.closeStatus)
             #expect(status.code == 4001 && status.reason == "session revoked" && status.initiator == .peer)
-            let seen = outcomes.list.withLock { $0 }
+            let seen = outcomes.list.withLockedValue { $0 }
             #expect(seen.count == 20)
             #expect(Set(seen) == ["peer 4001 session revoked"])
         }
@@ -78,7 +79,7 @@ struct CloseStatusOverWebSocketTests {
 
     @Test("the server closes a connection from outside with 1001; the client reads the code")
     func closeFromOutside() async throws {
-        let accepted = Mutex<BLIPConnection?>(nil)
+        let accepted = NIOLockedValueBox<BLIPConnection?>(nil)
         var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         serverConfiguration.port = 0
         let server = try await BLIPWebSocketServer.bind(
@@ -86,7 +87,7 @@ struct CloseStatusOverWebSocketTests {
             router: Self.router(),
             eventLoopGroup: Self.group
         )
-        async let serving: Void = server.run { connection in accepted.withLock { $0 = connection.connection } }
+        async let serving: Void = server.run { connection in accepted.withLockedValue { $0 = connection.connection } }
         let transport = try await BLIPWebSocketClient.openTransport(
             to: "ws://127.0.0.1:\(server.port)/",
             eventLoopGroup: Self.group
@@ -94,7 +95,7 @@ struct CloseStatusOverWebSocketTests {
         let client = BLIPConnection(transport: transport)
         async let clientRun = client.run()
         _ = try await client.sendRequest(BLIPRequest(profile: "echo"))
-        let serverSide = try #require(accepted.withLock { $0 })
+        let serverSide = try #require(accepted.withLockedValue { $0 })
         let local = await serverSide.close(code: .goingAway, reason: "maintenance")
         #expect(local.initiator == .local && local.code == .goingAway && local.isNormal)
         let remote = await clientRun
@@ -107,5 +108,5 @@ struct CloseStatusOverWebSocketTests {
 
 /// What each request ended with, from the tasks that sent them.
 final class Outcomes: Sendable {
-    let list = Mutex<[String]>([])
+    let list = NIOLockedValueBox<[String]>([])
 }

@@ -1,5 +1,6 @@
 import BLIP
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOEmbedded
 import NIOWebSocket
@@ -65,19 +66,19 @@ struct HandlerTests {
 
 /// Records what the handler hands over.
 final class RecordingSink: FrameSink {
-    private let recorded = Mutex<[String]>([])
+    private let recorded = NIOLockedValueBox<[String]>([])
 
-    var events: [String] { self.recorded.withLock { $0 } }
+    var events: [String] { self.recorded.withLockedValue { $0 } }
 
     func received(_ message: ByteBuffer, isText: Bool) -> Bool {
-        self.recorded.withLock { $0.append("\(isText ? "text" : "binary") \(String(buffer: message))") }
+        self.recorded.withLockedValue { $0.append("\(isText ? "text" : "binary") \(String(buffer: message))") }
         return true
     }
 
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? { nil }
 
     func closed(_ status: BLIPCloseStatus) {
-        self.recorded.withLock { $0.append(status.failure.map { "closed: \($0)" } ?? "closed normally") }
+        self.recorded.withLockedValue { $0.append(status.failure.map { "closed: \($0)" } ?? "closed normally") }
     }
 }
 

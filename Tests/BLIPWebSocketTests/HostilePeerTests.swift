@@ -2,6 +2,7 @@ import BLIP
 import BLIPEngine
 import BLIPWebSocket
 import BLIPWire
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
 import Synchronization
@@ -271,15 +272,15 @@ struct HostilePeerTests {
     @Test("whole requests faster than the handlers: reading pauses within the budget, every request is answered")
     func slowHandlers() async throws {
         let gate = Gate()
-        let running = Mutex((now: 0, most: 0))
+        let running = NIOLockedValueBox((now: 0, most: 0))
         var router = BLIPRouter()
         router.register(profile: "slow") { request, _ in
-            running.withLock {
+            running.withLockedValue {
                 $0.now += 1
                 $0.most = max($0.most, $0.now)
             }
             await gate.wait()
-            running.withLock { $0.now -= 1 }
+            running.withLockedValue { $0.now -= 1 }
             return BLIPResponse(text: "\(request.body.readableBytes)")
         }
         var configuration = BLIPWebSocketServer.Configuration.forTests
@@ -309,7 +310,10 @@ struct HostilePeerTests {
                 try await Task.sleep(for: .milliseconds(500))  // what was read with the last batch has started
                 let statistics = try #require(server.first).statistics
                 #expect(statistics.readPausesForBacklog >= 1)
-                #expect(running.withLock { $0.most } <= 40, "\(running.withLock { $0.most }) handlers ran at once")
+                #expect(
+                    running.withLockedValue { $0.most } <= 40,
+                    "\(running.withLockedValue { $0.most }) handlers ran at once"
+                )
                 gate.open()
                 let done = try await peer.read { $0.replies.count == 200 }
                 #expect(done)
@@ -322,23 +326,23 @@ struct HostilePeerTests {
 
 /// A number tasks share.
 final class SharedCount: Sendable {
-    private let storage: Mutex<Int>
+    private let storage: NIOLockedValueBox<Int>
 
-    init(_ value: Int) { self.storage = Mutex(value) }
+    init(_ value: Int) { self.storage = NIOLockedValueBox(value) }
 
     var value: Int {
-        get { self.storage.withLock { $0 } }
-        set { self.storage.withLock { $0 = newValue } }
+        get { self.storage.withLockedValue { $0 } }
+        set { self.storage.withLockedValue { $0 = newValue } }
     }
 }
 
 /// Handlers wait here until the test opens it.
 final class Gate: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let state = NIOLockedValueBox<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
     func wait() async {
         await withCheckedContinuation { continuation in
-            let resume = self.state.withLock { state -> Bool in
+            let resume = self.state.withLockedValue { state -> Bool in
                 if state.open { return true }
                 state.waiters.append(continuation)
                 return false
@@ -348,7 +352,7 @@ final class Gate: Sendable {
     }
 
     func open() {
-        let waiters = self.state.withLock { state in
+        let waiters = self.state.withLockedValue { state in
             state.open = true
             defer { state.waiters = [] }
             return state.waiters

@@ -3,6 +3,7 @@ import BLIPWebSocket
 import BLIPWire
 import Crypto
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import NIOWebSocket
@@ -110,9 +111,9 @@ struct LoopbackTests {
 
     @Test("extra request headers reach the server; Host carries the port")
     func headers() async throws {
-        let seen = Mutex<[String: String]>([:])
+        let seen = NIOLockedValueBox<[String: String]>([:])
         let server = try await RawWebSocketServer { offered in
-            seen.withLock { $0["offered"] = offered.joined(separator: "|") }
+            seen.withLockedValue { $0["offered"] = offered.joined(separator: "|") }
             return offered.first
         }
         var configuration = BLIPWebSocketClient.Configuration()
@@ -123,7 +124,7 @@ struct LoopbackTests {
             configuration: configuration
         )
         #expect(transport.subprotocol == "BLIP_3+CBMobile_3")
-        #expect(seen.withLock { $0["offered"] } == "BLIP_3+CBMobile_3|BLIP_3+CBMobile_2")
+        #expect(seen.withLockedValue { $0["offered"] } == "BLIP_3+CBMobile_3|BLIP_3+CBMobile_2")
         transport.close(.normal)
         await server.close()
     }
@@ -207,14 +208,14 @@ struct LoopbackTests {
     /// is still arriving.
     @Test("urgent requests overtake a 16 MiB transfer on the same connection")
     func urgentDuringBulk() async throws {
-        let uploaded = Mutex(0)
+        let uploaded = NIOLockedValueBox(0)
         let total = 16 << 20
         var router = standardRouter()
         router.registerStreaming(profile: "upload") { request, _ in
-            for try await piece in request.body { uploaded.withLock { $0 += piece.readableBytes } }
+            for try await piece in request.body { uploaded.withLockedValue { $0 += piece.readableBytes } }
             return BLIPResponse()
         }
-        router.register(profile: "probe") { _, _ in BLIPResponse(text: "\(uploaded.withLock { $0 })") }
+        router.register(profile: "probe") { _, _ in BLIPResponse(text: "\(uploaded.withLockedValue { $0 })") }
         try await withServer(router: router) { server in
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { connection in
                 let bulk = Task {
@@ -226,7 +227,7 @@ struct LoopbackTests {
                     seen.append(Int(String(buffer: reply.body)) ?? -1)
                 }
                 _ = try await bulk.value
-                #expect(uploaded.withLock { $0 } == total)
+                #expect(uploaded.withLockedValue { $0 } == total)
                 // The first probe overtakes the rest of the transfer; later ones depend on how fast the
                 // machine moves the bulk, so only a share of them is required.
                 #expect(seen[0] < total, "the first urgent probe waited for the whole transfer: \(seen)")

@@ -1,4 +1,5 @@
 import BLIP
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -180,9 +181,9 @@ struct ReplicationSessionTests {
         await #expect(throws: CancellationError.self) { try await abandoned.value }
 
         // An attachment streamed in the reply, read as it arrives; progress follows it.
-        let progress = Mutex(BLIPMessageProgress(state: .queued))
+        let progress = NIOLockedValueBox(BLIPMessageProgress(state: .queued))
         let attachment = try await connection.sendRequestStreamingReply(BLIPRequest(profile: "getAttachment")) {
-            update in progress.withLock { $0 = update }
+            update in progress.withLockedValue { $0 = update }
         }
         var received = 0
         var misplaced = 0
@@ -198,8 +199,10 @@ struct ReplicationSessionTests {
             received += piece.readableBytes
         }
         #expect(received == Self.attachmentSize && misplaced == 0)
-        for _ in 0..<500 where !progress.withLock({ $0.state.isFinal }) { try await Task.sleep(for: .milliseconds(10)) }
-        let final = progress.withLock { $0 }
+        for _ in 0..<500 where !progress.withLockedValue({ $0.state.isFinal }) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let final = progress.withLockedValue { $0 }
         #expect(final.state == .complete && final.replyBytesReceived == Self.attachmentSize, "\(final)")
 
         // Ten requests the server holds, then it expires the session: all eleven fail with its status.
@@ -221,16 +224,16 @@ struct ReplicationSessionTests {
 
 /// The sequences the client's `changes` handler saw, in the order it saw them.
 final class ChangesFeed: Sendable {
-    private let sequences = Mutex<[Int]>([])
-    var all: [Int] { self.sequences.withLock { $0 } }
-    var count: Int { self.sequences.withLock { $0.count } }
-    func record(_ sequence: Int) { self.sequences.withLock { $0.append(sequence) } }
+    private let sequences = NIOLockedValueBox<[Int]>([])
+    var all: [Int] { self.sequences.withLockedValue { $0 } }
+    var count: Int { self.sequences.withLockedValue { $0.count } }
+    func record(_ sequence: Int) { self.sequences.withLockedValue { $0.append(sequence) } }
 }
 
 /// How each pending request ended, as "initiator code reason".
 final class PendingOutcomes: Sendable {
-    private let outcomes = Mutex<[String]>([])
-    var all: [String] { self.outcomes.withLock { $0 } }
+    private let outcomes = NIOLockedValueBox<[String]>([])
+    var all: [String] { self.outcomes.withLockedValue { $0 } }
 
     func send(_ request: BLIPRequest, over connection: BLIPConnection) async {
         let outcome: String
@@ -243,6 +246,6 @@ final class PendingOutcomes: Sendable {
         } catch {
             outcome = "other \(error)"
         }
-        self.outcomes.withLock { $0.append(outcome) }
+        self.outcomes.withLockedValue { $0.append(outcome) }
     }
 }

@@ -1,5 +1,6 @@
 import BLIP
 import Dispatch
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -95,9 +96,9 @@ struct UpgradeHandlerTests {
 
     @Test("an accept's identity reaches every handler; the upgrade request is on the connection")
     func acceptWithIdentity() async throws {
-        let seen = Mutex<[BLIPUpgradeRequest]>([])
+        let seen = NIOLockedValueBox<[BLIPUpgradeRequest]>([])
         let handler: BLIPWebSocketServer.UpgradeHandler = { request in
-            seen.withLock { $0.append(request) }
+            seen.withLockedValue { $0.append(request) }
             return .accept(identity: request.headers.first("X-User") ?? "nobody")
         }
         try await Self.serve(upgradeHandler: handler) { server in
@@ -113,8 +114,8 @@ struct UpgradeHandlerTests {
                 #expect(second["Identity"] == "alice")
             }
         }
-        let request = try #require(seen.withLock { $0.first })
-        #expect(seen.withLock { $0.count } == 1)
+        let request = try #require(seen.withLockedValue { $0.first })
+        #expect(seen.withLockedValue { $0.count } == 1)
         #expect(request.method == "GET" && request.uri == "/db?since=12&x=%20")
         #expect(request.path == "/db" && request.query == "since=12&x=%20")
         #expect(request.subprotocol == "BLIP_3+CBMobile_3")
@@ -202,9 +203,9 @@ struct UpgradeHandlerTests {
 
     @Test("an upgrade handler may suspend; several connections wait at once")
     func asyncHandler() async throws {
-        let calls = Mutex(0)
+        let calls = NIOLockedValueBox(0)
         let handler: BLIPWebSocketServer.UpgradeHandler = { request in
-            calls.withLock { $0 += 1 }
+            calls.withLockedValue { $0 += 1 }
             try await Task.sleep(for: .milliseconds(200))
             return .accept(identity: request.headers.first("X-User"))
         }
@@ -221,7 +222,7 @@ struct UpgradeHandlerTests {
                 try await group.waitForAll()
             }
         }
-        #expect(calls.withLock { $0 } == 3)
+        #expect(calls.withLockedValue { $0 } == 3)
     }
 
     struct SecretError: Error, CustomStringConvertible {
@@ -282,14 +283,14 @@ struct UpgradeHandlerTests {
         var configuration = BLIPWebSocketServer.Configuration.forTests
         // Wide enough for the connect and the request to get there first on a busy machine.
         configuration.handshakeTimeout = .seconds(4)
-        let started = Mutex(false)
-        let cancelled = Mutex(false)
+        let started = NIOLockedValueBox(false)
+        let cancelled = NIOLockedValueBox(false)
         let handler: BLIPWebSocketServer.UpgradeHandler = { _ in
-            started.withLock { $0 = true }
+            started.withLockedValue { $0 = true }
             do {
                 try await Task.sleep(for: .seconds(3600))
             } catch {
-                cancelled.withLock { $0 = Task.isCancelled }
+                cancelled.withLockedValue { $0 = Task.isCancelled }
                 throw error
             }
             return .accept()
@@ -301,17 +302,17 @@ struct UpgradeHandlerTests {
                 + "Sec-WebSocket-Protocol: BLIP_3+CBMobile_3\r\n\r\n"
             // On a busy machine the timeout may pass before the request is even sent: then try again (at most
             // five times), since only a request that reached the handler tests anything.
-            for _ in 0..<5 where !started.withLock({ $0 }) {
+            for _ in 0..<5 where !started.withLockedValue({ $0 }) {
                 let client = try await RawTCPClient.connect(port: server.port, group: Self.group)
                 try? await client.send(Array(request.utf8))
                 let close = try #require(await client.serverClose(within: .seconds(20)), "still open after 20 s")
                 #expect(close.after >= .milliseconds(3900), "closed after \(close.after)")
                 #expect(close.bytes.isEmpty, "nothing written: \(String(decoding: close.bytes, as: UTF8.self))")
             }
-            try #require(started.withLock { $0 }, "the handler was never asked")
+            try #require(started.withLockedValue { $0 }, "the handler was never asked")
             // The cancellation reaches the handler's task soon after the close.
-            for _ in 0..<200 where !cancelled.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(50)) }
-            #expect(cancelled.withLock { $0 })
+            for _ in 0..<200 where !cancelled.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(cancelled.withLockedValue { $0 })
         }
     }
 
@@ -319,9 +320,9 @@ struct UpgradeHandlerTests {
     func checksBeforeHandler() async throws {
         var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.path = "/db/_blipsync"
-        let calls = Mutex(0)
+        let calls = NIOLockedValueBox(0)
         let handler: BLIPWebSocketServer.UpgradeHandler = { _ in
-            calls.withLock { $0 += 1 }
+            calls.withLockedValue { $0 += 1 }
             return .forbidden()
         }
         try await Self.serve(configuration, upgradeHandler: handler) { server in
@@ -334,10 +335,10 @@ struct UpgradeHandlerTests {
             )
             #expect(wrongProtocol.hasPrefix("HTTP/1.1 500 Internal Server Error\r\n"))
             #expect(wrongProtocol.contains("I only speak"))
-            #expect(calls.withLock { $0 } == 0)
+            #expect(calls.withLockedValue { $0 } == 0)
             let asked = try await Self.rawUpgrade(port: server.port, target: "/db/_blipsync?x=1")
             #expect(asked.hasPrefix("HTTP/1.1 403 Forbidden\r\n"))
-            #expect(calls.withLock { $0 } == 1)
+            #expect(calls.withLockedValue { $0 } == 1)
         }
     }
 
@@ -370,16 +371,16 @@ struct UpgradeHandlerTests {
     func pathPattern(target: String, database: String?) async throws {
         var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.path = "/{db}/_blipsync"
-        let calls = Mutex(0)
+        let calls = NIOLockedValueBox(0)
         let handler: BLIPWebSocketServer.UpgradeHandler = { request in
-            calls.withLock { $0 += 1 }
+            calls.withLockedValue { $0 += 1 }
             return .accept(identity: "user of \(request.pathParameters["db"] ?? "?")")
         }
         try await Self.serve(configuration, upgradeHandler: handler) { server in
             guard let database else {
                 let response = try await Self.rawUpgrade(port: server.port, target: target)
                 #expect(response.hasPrefix("HTTP/1.1 404 Not Found\r\n"), "\(response)")
-                #expect(calls.withLock { $0 } == 0)
+                #expect(calls.withLockedValue { $0 } == 0)
                 return
             }
             try await Self.connect(port: server.port, target: target) { connection in
@@ -387,7 +388,7 @@ struct UpgradeHandlerTests {
                 #expect(seen["DB"] == database && seen["Identity"] == "user of \(database)")
                 #expect(connection.upgradeRequest == nil, "a client's connection has no upgrade request")
             }
-            #expect(calls.withLock { $0 } == 1)
+            #expect(calls.withLockedValue { $0 } == 1)
         }
     }
 }

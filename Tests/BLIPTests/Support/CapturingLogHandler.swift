@@ -1,4 +1,5 @@
 import Logging
+import NIOConcurrencyHelpers
 import Synchronization
 
 /// A log handler that keeps what is logged, and can run a hook for each entry (a hook that takes the
@@ -11,8 +12,8 @@ struct CapturingLogHandler: LogHandler {
     }
 
     final class Store: Sendable {
-        let entries = Mutex<[Entry]>([])
-        let hook = Mutex<(@Sendable () -> Void)?>(nil)
+        let entries = NIOLockedValueBox<[Entry]>([])
+        let hook = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
 
         func logger(level: Logger.Level = .trace) -> Logger {
             var logger = Logger(label: "test") { _ in CapturingLogHandler(store: self) }
@@ -21,7 +22,7 @@ struct CapturingLogHandler: LogHandler {
         }
 
         func messages(atLeast level: Logger.Level) -> [String] {
-            self.entries.withLock { $0.filter { $0.level >= level }.map(\.message) }
+            self.entries.withLockedValue { $0.filter { $0.level >= level }.map(\.message) }
         }
     }
 
@@ -40,7 +41,7 @@ struct CapturingLogHandler: LogHandler {
             message: "\(event.message)",
             metadata: self.metadata.merging(event.metadata ?? [:]) { $1 }
         )
-        self.store.entries.withLock { $0.append(entry) }
-        self.store.hook.withLock { $0 }?()
+        self.store.entries.withLockedValue { $0.append(entry) }
+        self.store.hook.withLockedValue { $0 }?()
     }
 }

@@ -1,6 +1,7 @@
 import BLIP
 import BLIPEngine
 import BLIPWire
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 
@@ -20,28 +21,28 @@ final class ManualTransport: BLIPTransport {
     }
 
     let dialect: BLIPDialect
-    private let record = Mutex(Record())
+    private let record = NIOLockedValueBox(Record())
 
     init(dialect: BLIPDialect = .blip3) {
         self.dialect = dialect
     }
 
     func start(_ sink: BLIPTransportSink) {
-        self.record.withLock { $0.sink = sink }
+        self.record.withLockedValue { $0.sink = sink }
     }
 
     func wakeWriter() {}
 
     func pauseReading() {
-        if let hook = self.record.withLock({ $0.pauseHook }) { hook() }
-        self.record.withLock {
+        if let hook = self.record.withLockedValue({ $0.pauseHook }) { hook() }
+        self.record.withLockedValue {
             $0.readingPaused = true
             $0.pauses += 1
         }
     }
 
     func resumeReading() {
-        self.record.withLock {
+        self.record.withLockedValue {
             $0.readingPaused = false
             $0.resumes += 1
         }
@@ -49,12 +50,12 @@ final class ManualTransport: BLIPTransport {
 
     /// Sets what runs inside the next `pauseReading()` calls.
     func setPauseHook(_ hook: (@Sendable () -> Void)?) {
-        self.record.withLock { $0.pauseHook = hook }
+        self.record.withLockedValue { $0.pauseHook = hook }
     }
 
     /// Closing completes at once: the connection hears that the transport closed.
     func close(_ reason: BLIPCloseReason) {
-        let sink = self.record.withLock { record -> BLIPTransportSink? in
+        let sink = self.record.withLockedValue { record -> BLIPTransportSink? in
             record.closeReasons.append(reason)
             guard !record.reportedClosed else { return nil }
             record.reportedClosed = true
@@ -65,7 +66,7 @@ final class ManualTransport: BLIPTransport {
 
     /// The peer closed the connection normally.
     func peerClosed() {
-        let sink = self.record.withLock { record -> BLIPTransportSink? in
+        let sink = self.record.withLockedValue { record -> BLIPTransportSink? in
             guard !record.reportedClosed else { return nil }
             record.reportedClosed = true
             return record.sink
@@ -75,7 +76,7 @@ final class ManualTransport: BLIPTransport {
 
     /// The peer vanished (or sent something that ended the connection at the transport).
     func fail(_ error: any Error) {
-        let sink = self.record.withLock { record -> BLIPTransportSink? in
+        let sink = self.record.withLockedValue { record -> BLIPTransportSink? in
             guard !record.reportedClosed else { return nil }
             record.reportedClosed = true
             return record.sink
@@ -85,13 +86,13 @@ final class ManualTransport: BLIPTransport {
 
     /// Hands `frame` to the connection, as if it had arrived.
     func deliver(_ frame: ByteBuffer) {
-        let sink = self.record.withLock { $0.reportedClosed ? nil : $0.sink }
+        let sink = self.record.withLockedValue { $0.reportedClosed ? nil : $0.sink }
         sink?.received(frame)
     }
 
     /// Every frame the connection has ready now (it is asked until it has none).
     func drain(limit: Int = 100_000) -> [ByteBuffer] {
-        guard let sink = self.record.withLock({ $0.sink }) else { return [] }
+        guard let sink = self.record.withLockedValue({ $0.sink }) else { return [] }
         var frames: [ByteBuffer] = []
         while frames.count < limit {
             var frame = ByteBuffer()
@@ -101,10 +102,10 @@ final class ManualTransport: BLIPTransport {
         return frames
     }
 
-    var closeReasons: [BLIPCloseReason] { self.record.withLock { $0.closeReasons } }
-    var isReadingPaused: Bool { self.record.withLock { $0.readingPaused } }
-    var pauseCount: Int { self.record.withLock { $0.pauses } }
-    var resumeCount: Int { self.record.withLock { $0.resumes } }
+    var closeReasons: [BLIPCloseReason] { self.record.withLockedValue { $0.closeReasons } }
+    var isReadingPaused: Bool { self.record.withLockedValue { $0.readingPaused } }
+    var pauseCount: Int { self.record.withLockedValue { $0.pauses } }
+    var resumeCount: Int { self.record.withLockedValue { $0.resumes } }
 }
 
 /// The peer of a ``ManualTransport``: an engine whose frames the test passes across by hand.

@@ -1,3 +1,4 @@
+import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
 
@@ -11,17 +12,17 @@ final class BodyMeter: Sendable {
         var failures = 0
     }
 
-    private let counts = Mutex(Counts())
+    private let counts = NIOLockedValueBox(Counts())
 
-    var produced: Int { self.counts.withLock { $0.produced } }
-    var iteratorsMade: Int { self.counts.withLock { $0.iteratorsMade } }
-    var iteratorsAlive: Int { self.counts.withLock { $0.iteratorsAlive } }
-    var failures: Int { self.counts.withLock { $0.failures } }
+    var produced: Int { self.counts.withLockedValue { $0.produced } }
+    var iteratorsMade: Int { self.counts.withLockedValue { $0.iteratorsMade } }
+    var iteratorsAlive: Int { self.counts.withLockedValue { $0.iteratorsAlive } }
+    var failures: Int { self.counts.withLockedValue { $0.failures } }
 
-    fileprivate func made() { self.counts.withLock { $0.iteratorsMade += 1 } }
-    fileprivate func alive(_ delta: Int) { self.counts.withLock { $0.iteratorsAlive += delta } }
-    fileprivate func produced(_ bytes: Int) { self.counts.withLock { $0.produced += bytes } }
-    fileprivate func failed() { self.counts.withLock { $0.failures += 1 } }
+    fileprivate func made() { self.counts.withLockedValue { $0.iteratorsMade += 1 } }
+    fileprivate func alive(_ delta: Int) { self.counts.withLockedValue { $0.iteratorsAlive += delta } }
+    fileprivate func produced(_ bytes: Int) { self.counts.withLockedValue { $0.produced += bytes } }
+    fileprivate func failed() { self.counts.withLockedValue { $0.failures += 1 } }
 }
 
 struct ReplyBodyFailure: Error, Equatable {}

@@ -1,6 +1,7 @@
 import BLIPWebSocket
 import Crypto
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -34,7 +35,7 @@ final class CannedHTTPServer: Sendable {
 
     /// What the connections share: the requests seen and the endless body bytes written.
     private final class Log: Sendable {
-        let requests = Mutex<[Request]>([])
+        let requests = NIOLockedValueBox<[Request]>([])
         let endlessBytesWritten = Atomic<Int>(0)
     }
 
@@ -50,7 +51,10 @@ final class CannedHTTPServer: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     if let tls { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls)) }
                     try channel.pipeline.syncOperations.addHandler(
-                        Handler(respond: respond, record: { request in log.requests.withLock { $0.append(request) } }) {
+                        Handler(
+                            respond: respond,
+                            record: { request in log.requests.withLockedValue { $0.append(request) } }
+                        ) {
                             log.endlessBytesWritten.add($0, ordering: .relaxed)
                         }
                     )
@@ -63,7 +67,7 @@ final class CannedHTTPServer: Sendable {
     var port: Int { self.channel.localAddress!.port! }
     /// `ws://127.0.0.1:<port>` followed by `path`.
     func url(_ path: String = "/") -> String { "ws://127.0.0.1:\(self.port)\(path)" }
-    var requests: [Request] { self.log.requests.withLock { $0 } }
+    var requests: [Request] { self.log.requests.withLockedValue { $0 } }
     /// Body bytes the server managed to write for endless responses, all connections together.
     var endlessBytesWritten: Int { self.log.endlessBytesWritten.load(ordering: .relaxed) }
 

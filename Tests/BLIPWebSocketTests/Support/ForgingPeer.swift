@@ -2,6 +2,7 @@ import BLIP
 import BLIPEngine
 import BLIPWebSocket
 import BLIPWire
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOWebSocket
 import Synchronization
@@ -137,14 +138,14 @@ final class HandMadeFrames: @unchecked Sendable {
 /// A server whose accepted connections the test can watch.
 final class WatchedServer: Sendable {
     let server: BLIPWebSocketServer
-    let connections = Mutex<[BLIPConnection]>([])
+    let connections = NIOLockedValueBox<[BLIPConnection]>([])
 
     init(server: BLIPWebSocketServer) {
         self.server = server
     }
 
     var port: Int { self.server.port }
-    var first: BLIPConnection? { self.connections.withLock { $0.first } }
+    var first: BLIPConnection? { self.connections.withLockedValue { $0.first } }
 }
 
 /// Runs a server on a free loopback port, keeping its connections, for the duration of `body`.
@@ -160,7 +161,7 @@ func withWatchedServer<T: Sendable>(
         server: try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
     )
     async let serving: Void = watched.server.run { accepted in
-        watched.connections.withLock { $0.append(accepted.connection) }
+        watched.connections.withLockedValue { $0.append(accepted.connection) }
     }
     do {
         let result = try await body(watched)
