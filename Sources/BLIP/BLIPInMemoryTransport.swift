@@ -68,7 +68,9 @@ public final class BLIPInMemoryTransport: BLIPTransport {
 }
 
 /// The shared state of a pair. Each end's sink is only called on that end's queue.
-final class InMemoryLink: Sendable {
+///
+/// `@unchecked`: `pumps` and `deliveries` are written once, at the end of `init`, and only read after.
+final class InMemoryLink: @unchecked Sendable {
     struct End {
         var sink: BLIPTransportSink?
         var inbox: Deque<ByteBuffer> = []
@@ -83,13 +85,24 @@ final class InMemoryLink: Sendable {
     }
 
     let dialect: BLIPDialect
+    /// Room for a small message's frame in one allocation: a buffer that grows while the frame is
+    /// written costs a reallocation per step.
+    static let initialFrameCapacity = 1024
+    static let allocator = ByteBufferAllocator()
     let queues: [DispatchQueue]
     let ends: NIOLockedValueBox<[End]>
+    /// Each end's pump and delivery as work items made once: at most one of each is queued at a time, and
+    /// queueing a ready-made item costs no allocation (a closure per hop cost two, several hops per round
+    /// trip).
+    private var pumps: [DispatchWorkItem] = []
+    private var deliveries: [DispatchWorkItem] = []
 
     init(dialect: BLIPDialect) {
         self.dialect = dialect
         self.queues = [DispatchQueue(label: "blip.in-memory.client"), DispatchQueue(label: "blip.in-memory.server")]
         self.ends = NIOLockedValueBox([End(), End()])
+        self.pumps = (0..<2).map { side in DispatchWorkItem { [weak self] in self?.pump(side) } }
+        self.deliveries = (0..<2).map { side in DispatchWorkItem { [weak self] in self?.deliver(side) } }
     }
 
     func start(_ side: Int, _ sink: BLIPTransportSink) {
@@ -108,7 +121,7 @@ final class InMemoryLink: Sendable {
             ends[side].pumpScheduled = true
             return true
         }
-        if schedule { self.queues[side].async { self.pump(side) } }
+        if schedule { self.queues[side].async(execute: self.pumps[side]) }
     }
 
     private func scheduleDelivery(_ side: Int) {
@@ -117,7 +130,7 @@ final class InMemoryLink: Sendable {
             ends[side].deliveryScheduled = true
             return true
         }
-        if schedule { self.queues[side].async { self.deliver(side) } }
+        if schedule { self.queues[side].async(execute: self.deliveries[side]) }
     }
 
     /// On `side`'s queue: pull frames from its connection while the other end can take them.
@@ -136,7 +149,7 @@ final class InMemoryLink: Sendable {
         while self.ends.withLockedValue({
             !$0[side].closed && $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight
         }) {
-            var frame = spare.take() ?? ByteBuffer()
+            var frame = spare.take() ?? Self.allocator.buffer(capacity: Self.initialFrameCapacity)
             guard sink.nextFrame(into: &frame) else {
                 spare = frame
                 break

@@ -225,6 +225,7 @@ extension BLIPConnectionEngine {
         if isLastFrame {
             self.outgoing.removeValue(forKey: state.id)
             self.sending.removeValue(forKey: state.wireIdentity)
+            self.encoder.recycle(&state.data)
         } else {
             if self.dialect.hasFlowControl && !self.isFinishingReplies {
                 state.unacknowledgedFrames.append((state.bytesSent, now))

@@ -7,6 +7,9 @@ public struct BLIPMessageData: Sendable {
     private var head: ByteBuffer
     private var queued: [ByteBuffer] = []
     private var queuedStart = 0
+    /// `head` is a buffer the encoder made for this message and nothing outside the engine has seen: once
+    /// drained it may hold the next message's data (see ``takeDrainedBuffer()``).
+    private var ownsHead = false
     /// Bytes not yet framed.
     public private(set) var readableBytes: Int
 
@@ -20,12 +23,33 @@ public struct BLIPMessageData: Sendable {
         self.readableBytes = buffer.readableBytes
     }
 
+    /// Data in a buffer the encoder allocated and filled itself.
+    init(ownedBuffer buffer: ByteBuffer) {
+        self.init(buffer)
+        self.ownsHead = true
+    }
+
+    /// The emptied buffer that held this data, if the encoder made it, all of it has been framed, and no
+    /// other reference to it is left; the data is left empty.
+    ///
+    /// Only such a buffer is reused: its references were all made and dropped by the engine's one
+    /// writer, so "uniquely owned" cannot be a stale answer about a reference another thread just
+    /// dropped (a buffer from a caller could be).
+    mutating func takeDrainedBuffer() -> ByteBuffer? {
+        guard self.ownsHead, self.readableBytes == 0, self.queued.isEmpty else { return nil }
+        var buffer = self.head
+        self.head = ByteBuffer()
+        self.ownsHead = false
+        return buffer.modifyIfUniquelyOwned { $0.clear() } == nil ? nil : buffer
+    }
+
     /// Appends bytes at the end of the stream (no copy).
     public mutating func append(_ buffer: ByteBuffer) {
         guard buffer.readableBytes > 0 else { return }
         self.readableBytes += buffer.readableBytes
         if self.head.readableBytes == 0 && self.queuedStart == self.queued.count {
             self.head = buffer
+            self.ownsHead = false
         } else {
             self.queued.append(buffer)
         }
@@ -52,6 +76,7 @@ public struct BLIPMessageData: Sendable {
     private mutating func promoteIfHeadIsEmpty() {
         guard self.head.readableBytes == 0, self.queuedStart < self.queued.count else { return }
         self.head = self.queued[self.queuedStart]
+        self.ownsHead = false
         self.queued[self.queuedStart] = ByteBuffer()
         self.queuedStart += 1
         if self.queuedStart == self.queued.count {

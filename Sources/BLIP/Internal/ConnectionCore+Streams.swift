@@ -72,7 +72,7 @@ extension ConnectionCore {
         let ready = self.state.withLockedValue { state in self.takeReady(id, &state, effects: &effects) }
         self.perform(effects)
         if let ready { return try ready.get() }
-        return try await withTaskCancellationHandler {
+        let piece = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
@@ -98,6 +98,11 @@ extension ConnectionCore {
             }
             self.perform(effects)
         }
+        // A piece resumed before this task reached its await comes through the continuation's atomic
+        // status alone, which the Swift runtime does not report to ThreadSanitizer on that path; taking the
+        // lock the piece was handed under makes the hand-off visible to it (one uncontended lock).
+        self.state.withLockedValue { _ in }
+        return piece
     }
 
     /// What a reader gets without waiting: a kept piece (now consumed), the end, or the stream's failure;

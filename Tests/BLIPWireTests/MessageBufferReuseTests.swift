@@ -1,0 +1,109 @@
+import NIOCore
+import Testing
+
+@testable import BLIPWire
+
+/// The encoder reuses the emptied buffer of a small message already framed for the next message's data.
+@Suite("Message buffer reuse")
+struct MessageBufferReuseTests {
+    /// Frames every byte of `data` (1 KiB frames) and returns them.
+    static func frames(
+        of data: inout BLIPMessageData,
+        number: UInt64,
+        encoder: BLIPFrameEncoder
+    ) throws -> ByteBuffer {
+        var output = ByteBuffer()
+        repeat {
+            _ = try encoder.encodeFrame(
+                BLIPFrameHeader(messageNumber: number, type: .request, flags: []),
+                data: &data,
+                endOfMessage: true,
+                maximumFrameSize: 1024,
+                into: &output
+            )
+        } while data.readableBytes > 0
+        return output
+    }
+
+    @Test(
+        "a reused buffer gives the same frames as a new one, for messages of every small size",
+        arguments: [BLIPDialect.blip3, .blip2, .seed]
+    )
+    func reusedBufferFramesExactly(dialect: BLIPDialect) throws {
+        let reusing = BLIPFrameEncoder(dialect: dialect)
+        let fresh = BLIPFrameEncoder(dialect: dialect)
+        var reused = 0
+        // Sizes that grow and shrink, so a reused buffer is sometimes too small and often holds older,
+        // longer data past its new end.
+        for index in 0..<60 {
+            let size = (index * 577) % 1900
+            let body = ByteBuffer(bytes: (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) })
+            let properties: BLIPProperties = ["Profile": "rev", "X-Index": "\(index)"]
+            reused += reusing.spareBufferCount
+            var data = try reusing.makeMessageData(properties: properties, body: body, compressed: false).data
+            var expectedData = try fresh.makeMessageData(properties: properties, body: body, compressed: false).data
+            let frames = try Self.frames(of: &data, number: UInt64(index + 1), encoder: reusing)
+            let expected = try Self.frames(of: &expectedData, number: UInt64(index + 1), encoder: fresh)
+            #expect(frames == expected, "message \(index), \(size) bytes")
+            reusing.recycle(&data)
+        }
+        // Every message after the first found a spare buffer.
+        #expect(reused == 59)
+    }
+
+    @Test("a buffer something else still holds is not reused")
+    func sharedBufferIsNotReused() throws {
+        let encoder = BLIPFrameEncoder(dialect: .blip3)
+        var data = try encoder.makeMessageData(
+            properties: ["Profile": "x"],
+            body: ByteBuffer(string: "hi"),
+            compressed: false
+        )
+        .data
+        let held = data.readSlice(upTo: data.readableBytes)
+        encoder.recycle(&data)
+        #expect(encoder.spareBufferCount == 0)
+        #expect(held.readableBytes > 0)
+
+        // The caller's buffer, framed in place, is never taken either.
+        var callers = BLIPMessageData(ByteBuffer(string: "caller's bytes"))
+        _ = callers.readSlice(upTo: callers.readableBytes)
+        encoder.recycle(&callers)
+        #expect(encoder.spareBufferCount == 0)
+    }
+
+    @Test("a caller's buffer that followed the encoder's is never taken, even once nothing else holds it")
+    func appendedCallerBufferIsNotTaken() {
+        var head = ByteBuffer()
+        head.writeString("properties")
+        var data = BLIPMessageData(ownedBuffer: head)
+        data.append(ByteBuffer(string: "a caller's body"))  // framed in place, after the head
+        while data.readableBytes > 0 { _ = data.readSlice(upTo: 4) }
+        #expect(data.takeDrainedBuffer() == nil)
+    }
+
+    @Test("an encoder keeps a few small spare buffers, never a large one")
+    func sparesAreBounded() throws {
+        let encoder = BLIPFrameEncoder(dialect: .blip3)
+        var datas = try (0..<10).map { index in
+            try encoder.makeMessageData(
+                properties: ["X-Index": "\(index)"],
+                body: ByteBuffer(string: "body"),
+                compressed: false
+            )
+            .data
+        }
+        for index in datas.indices {
+            _ = try Self.frames(of: &datas[index], number: UInt64(index + 1), encoder: encoder)
+            encoder.recycle(&datas[index])
+        }
+        #expect(encoder.spareBufferCount == BLIPFrameEncoder.maximumSpareBuffers)
+
+        let emptied = BLIPFrameEncoder(dialect: .blip3)
+        let large = ByteBuffer(repeating: 1, count: BLIPFrameEncoder.maximumSpareCapacity + 1)
+        var data = try emptied.makeMessageData(properties: [:], body: large, compressed: false).data
+        _ = try Self.frames(of: &data, number: 1, encoder: emptied)
+        emptied.recycle(&data)
+        #expect(emptied.spareBufferCount == 0)
+    }
+}
