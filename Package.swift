@@ -20,6 +20,7 @@ let nioLocks: Target.Dependency = .product(name: "NIOConcurrencyHelpers", packag
 let nioHTTP1: Target.Dependency = .product(name: "NIOHTTP1", package: "swift-nio")
 let nioWebSocket: Target.Dependency = .product(name: "NIOWebSocket", package: "swift-nio")
 let nioSSL: Target.Dependency = .product(name: "NIOSSL", package: "swift-nio-ssl")
+let nioExtras: Target.Dependency = .product(name: "NIOExtras", package: "swift-nio-extras")
 
 let package = Package(
     name: "swift-blip",
@@ -39,6 +40,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.5.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.30.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         // documentation only: `swift package generate-documentation` (.ci/docs.sh)
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -74,7 +76,8 @@ let package = Package(
         .target(
             name: "BLIPWebSocket",
             dependencies: [
-                "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto, logging, deque,
+                "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, crypto,
+                logging, deque,
             ],
             swiftSettings: swiftSettings
         ),

@@ -71,6 +71,8 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
+    @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
+    var proxy: String?
     @Flag(
         name: .customLong("warm-up"),
         inversion: .prefixedNo,
@@ -84,6 +86,9 @@ struct BenchCommand: AsyncParsableCommand {
         }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
+        }
+        if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
+            throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
         }
     }
 

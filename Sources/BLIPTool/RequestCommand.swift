@@ -35,6 +35,8 @@ struct RequestCommand: AsyncParsableCommand {
     @Option(help: "PEM file of certificates to trust for wss://.") var trustPem: String?
     @Option(help: "Accept only a server certificate with this SHA-256 (hex).") var pinSha256: String?
     @Option(help: "Write every frame under this folder.") var capture: String?
+    @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
+    var proxy: String?
     @Flag(help: "Print the reply as one JSON object.") var json = false
     @Option(help: "Seconds to wait for the reply; then the request fails (exit status 1).") var timeout: Double?
 
@@ -60,6 +62,9 @@ struct RequestCommand: AsyncParsableCommand {
         }
         if let pin = self.pinSha256, Self.hexBytes(pin)?.count != 32 {
             throw ValidationError("--pin-sha256 takes 64 hex digits")
+        }
+        if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
+            throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
         }
     }
 
@@ -155,6 +160,7 @@ struct RequestCommand: AsyncParsableCommand {
         configuration.maximumRedirects = self.maxRedirects
         if let trust = self.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
         configuration.tls.pinnedCertificateSHA256 = self.pinSha256.flatMap(Self.hexBytes)
+        configuration.proxy = self.proxy.flatMap(BLIPProxy.init(url:))
         configuration.heartbeatInterval = nil
         return configuration
     }

@@ -29,6 +29,9 @@ public enum BLIPWebSocketClient {
         /// `BLIPConnectionError.Code.timedOut` instead of holding it forever.
         public var handshakeTimeout = TimeAmount.seconds(30)
         public var tls = TLS()
+        /// Reach the server through this proxy (nil: connect directly). The connect timeout covers the TCP
+        /// connection to the proxy, the handshake timeout the tunnel and then the TLS and WebSocket handshakes.
+        public var proxy: BLIPProxy?
         /// WebSocket ping every this often; nil or zero turns the heartbeat off.
         public var heartbeatInterval: TimeAmount? = .seconds(300)
         /// The connection fails if a ping gets no pong within this.
@@ -192,55 +195,75 @@ public enum BLIPWebSocketClient {
             logger: logger
         )
         let result = eventLoopGroup.any().makePromise(of: BLIPWebSocketTransport.self)
+        let proxy = configuration.proxy
+        let handshakeTimeout = configuration.handshakeTimeout
+        // TLS, when wanted, and the upgrade: at once on a direct connection, through the tunnel once it is open.
+        let addWebSocketHandlers = { @Sendable (channel: any Channel) throws in
+            let sync = channel.pipeline.syncOperations
+            if let tlsContext {
+                try sync.addHandler(
+                    try self.makeTLSHandler(tlsContext, host: url.host, pin: configuration.tls.pinnedCertificateSHA256)
+                )
+            }
+            let upgrader = BLIPClientUpgrader(
+                offered: offered,
+                usesSeedDialect: configuration.usesSeedDialect || rawSink != nil,
+                maximumMessageSize: configuration.maximumMessageSize,
+                settings: settings,
+                captureDirectory: configuration.captureDirectory,
+                rawSink: rawSink,
+                result: result
+            )
+            try sync.addHTTPClientHandlers(
+                leftOverBytesStrategy: .forwardBytes,
+                withClientUpgrade: (
+                    upgraders: [upgrader],
+                    completionHandler: { context in
+                        context.pipeline.syncOperations.removeHandler(name: "blip-handshake", promise: nil)
+                    }
+                )
+            )
+            try sync.addHandler(
+                HandshakeHandler(head: head, url: url, upgrader: upgrader, result: result),
+                name: "blip-handshake"
+            )
+        }
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(configuration.connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    let sync = channel.pipeline.syncOperations
-                    if let tlsContext {
-                        try sync.addHandler(
-                            try self.makeTLSHandler(
-                                tlsContext,
-                                host: url.host,
-                                pin: configuration.tls.pinnedCertificateSHA256
-                            )
-                        )
-                    }
-                    let upgrader = BLIPClientUpgrader(
-                        offered: offered,
-                        usesSeedDialect: configuration.usesSeedDialect || rawSink != nil,
-                        maximumMessageSize: configuration.maximumMessageSize,
-                        settings: settings,
-                        captureDirectory: configuration.captureDirectory,
-                        rawSink: rawSink,
-                        result: result
-                    )
-                    try sync.addHTTPClientHandlers(
-                        leftOverBytesStrategy: .forwardBytes,
-                        withClientUpgrade: (
-                            upgraders: [upgrader],
-                            completionHandler: { context in
-                                context.pipeline.syncOperations.removeHandler(name: "blip-handshake", promise: nil)
-                            }
-                        )
-                    )
-                    try sync.addHandler(
-                        HandshakeHandler(head: head, url: url, upgrader: upgrader, result: result),
-                        name: "blip-handshake"
+                    guard let proxy else { return try addWebSocketHandlers(channel) }
+                    try ProxyTunnel.addHTTPConnectHandlers(
+                        channel.pipeline.syncOperations,
+                        eventLoop: channel.eventLoop,
+                        proxy: proxy,
+                        host: url.host,
+                        port: url.port,
+                        deadline: .now() + handshakeTimeout,
+                        opened: {
+                            do { try addWebSocketHandlers(channel) } catch { result.fail(error) }
+                        },
+                        failed: { result.fail($0) }
                     )
                 }
             }
         let channel: any Channel
+        let (host, port) = proxy.map { ($0.host, $0.port) } ?? (url.host, url.port)
         do {
             // An address literal needs no resolver: NIO's runs getaddrinfo on a Dispatch queue, one more hop
             // that a busy process can make wait past the connect timeout.
-            if let address = try? SocketAddress(ipAddress: url.host, port: url.port) {
+            if let address = try? SocketAddress(ipAddress: host, port: port) {
                 channel = try await bootstrap.connect(to: address).get()
             } else {
-                channel = try await bootstrap.connect(host: url.host, port: url.port).get()
+                channel = try await bootstrap.connect(host: host, port: port).get()
             }
         } catch {
+            if let proxy {
+                let failure = BLIPProxyError(kind: .unreachable, proxy: proxy.description, underlying: error)
+                result.fail(failure)
+                throw failure
+            }
             result.fail(error)
             throw BLIPConnectionError(.transportFailed, "could not connect to \(url): \(error)", underlying: error)
         }
@@ -263,6 +286,9 @@ public enum BLIPWebSocketClient {
             channel.close(promise: nil)
             throw error
         } catch let error as BLIPHandshakeError {
+            channel.close(promise: nil)
+            throw error
+        } catch let error as BLIPProxyError {
             channel.close(promise: nil)
             throw error
         } catch {
