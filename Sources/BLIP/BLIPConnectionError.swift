@@ -14,6 +14,7 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
             case shutDown
             case limitExceeded
             case timedOut
+            case tlsFailed
         }
 
         private var base: Base
@@ -41,6 +42,9 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
         public static let limitExceeded = Code(base: .limitExceeded)
         /// A request's timeout passed before its reply came; the request was then cancelled.
         public static let timedOut = Code(base: .timedOut)
+        /// The TLS handshake failed: the server's certificate is not trusted (or not the pinned one), or the
+        /// server refused this client's certificate, or its lack of one (mutual TLS).
+        public static let tlsFailed = Code(base: .tlsFailed)
 
         public var description: String { String(describing: self.base) }
     }

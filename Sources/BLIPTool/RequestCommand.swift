@@ -37,6 +37,9 @@ struct RequestCommand: AsyncParsableCommand {
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
     var proxy: String?
+    @Option(help: "PEM certificate chain this client presents when the server asks (mutual TLS).")
+    var tlsClientCert: String?
+    @Option(help: "PEM private key of --tls-client-cert.") var tlsClientKey: String?
     @Flag(help: "Print the reply as one JSON object.") var json = false
     @Option(help: "Seconds to wait for the reply; then the request fails (exit status 1).") var timeout: Double?
 
@@ -62,6 +65,9 @@ struct RequestCommand: AsyncParsableCommand {
         }
         if let pin = self.pinSha256, Self.hexBytes(pin)?.count != 32 {
             throw ValidationError("--pin-sha256 takes 64 hex digits")
+        }
+        if (self.tlsClientCert == nil) != (self.tlsClientKey == nil) {
+            throw ValidationError("--tls-client-cert and --tls-client-key go together")
         }
         if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
             throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
@@ -161,6 +167,9 @@ struct RequestCommand: AsyncParsableCommand {
         if let trust = self.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
         configuration.tls.pinnedCertificateSHA256 = self.pinSha256.flatMap(Self.hexBytes)
         configuration.proxy = self.proxy.flatMap(BLIPProxy.init(url:))
+        if let certificate = self.tlsClientCert, let key = self.tlsClientKey {
+            configuration.tls.clientCertificate = .pemFiles(certificateChainPath: certificate, privateKeyPath: key)
+        }
         configuration.heartbeatInterval = nil
         return configuration
     }

@@ -21,6 +21,8 @@ struct ServeCommand: AsyncParsableCommand {
     var protocols = "BLIP_3+CBMobile_3,BLIP_3+CBMobile_2,BLIP"
     @Option(help: "PEM certificate chain for wss://.") var tlsCert: String?
     @Option(help: "PEM private key for wss://.") var tlsKey: String?
+    @Option(help: "Require a client certificate signed by a CA in this PEM file (mutual TLS; needs --tls-cert).")
+    var tlsRequireClientCert: String?
     @Option(help: "'seed' also serves the 2013 seed dialect to clients offering no subprotocol.")
     var dialect: DialectOption?
     @Option(help: "Write every connection's frames under this folder.") var capture: String?
@@ -49,6 +51,9 @@ struct ServeCommand: AsyncParsableCommand {
     func validate() throws {
         if (self.tlsCert == nil) != (self.tlsKey == nil) {
             throw ValidationError("--tls-cert and --tls-key go together")
+        }
+        if self.tlsRequireClientCert != nil && self.tlsCert == nil {
+            throw ValidationError("--tls-require-client-cert needs --tls-cert and --tls-key")
         }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
@@ -88,6 +93,9 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.connection.compressionLevel = self.compressionLevel
         if let certificate = self.tlsCert, let key = self.tlsKey {
             configuration.tls = .init(certificateChainPath: certificate, privateKeyPath: key)
+            if let authority = self.tlsRequireClientCert {
+                configuration.tls?.clientCertificates = .required(trustRootsPath: authority)
+            }
         }
         let profiles = StandardProfiles()
         var router = BLIPRouter()

@@ -58,9 +58,31 @@ public enum BLIPWebSocketClient {
             case pemFile(String)
         }
 
+        /// A certificate chain and its private key, presented when the server asks for one (mutual TLS).
+        public struct ClientCertificate: Sendable, Hashable {
+            enum Source: Sendable, Hashable {
+                case files(chain: String, key: String)
+                case pem(chain: String, key: String)
+            }
+
+            let source: Source
+
+            /// PEM files: the chain (leaf first) and the key.
+            public static func pemFiles(certificateChainPath: String, privateKeyPath: String) -> ClientCertificate {
+                ClientCertificate(source: .files(chain: certificateChainPath, key: privateKeyPath))
+            }
+
+            /// PEM text in memory (from a keychain or a secret store): the chain (leaf first) and the key.
+            public static func pem(certificateChain: String, privateKey: String) -> ClientCertificate {
+                ClientCertificate(source: .pem(chain: certificateChain, key: privateKey))
+            }
+        }
+
         public var trustRoots = TrustRoots.system
         /// Accept only a server whose leaf certificate has this SHA-256 (of its DER form), whatever signs it.
         public var pinnedCertificateSHA256: [UInt8]?
+        /// What this client presents when the server asks for a certificate; nil presents none.
+        public var clientCertificate: ClientCertificate?
 
         public init() {}
     }
@@ -305,6 +327,18 @@ public enum BLIPWebSocketClient {
         if tls.pinnedCertificateSHA256 != nil {
             // The pin replaces chain and hostname checks: the certificate is known exactly.
             configuration.certificateVerification = .noHostnameVerification
+        }
+        switch tls.clientCertificate?.source {
+        case .files(let chain, let key):
+            configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(chain).map { .certificate($0) }
+            configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
+        case .pem(let chain, let key):
+            configuration.certificateChain = try NIOSSLCertificate.fromPEMBytes(Array(chain.utf8)).map {
+                .certificate($0)
+            }
+            configuration.privateKey = .privateKey(try NIOSSLPrivateKey(bytes: Array(key.utf8), format: .pem))
+        case nil:
+            break
         }
         return try NIOSSLContext(configuration: configuration)
     }

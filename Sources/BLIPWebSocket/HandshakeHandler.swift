@@ -1,6 +1,7 @@
 internal import BLIP
 internal import NIOCore
 internal import NIOHTTP1
+internal import NIOSSL
 
 /// Sends the upgrade request and, if the server does not switch protocols, fails the handshake with a
 /// ``BLIPHandshakeError`` saying what it answered. It reads at most ``BLIPHandshakeError/bodyExcerptLimit``
@@ -73,7 +74,9 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
             self.finish(context, bodyIsTruncated: false)  // a malformed body after the head
             return
         }
-        self.result.fail(BLIPConnectionError(.transportFailed, "\(error)", underlying: error))
+        let code: BLIPConnectionError.Code =
+            error is NIOSSLError || error is BoringSSLError ? .tlsFailed : .transportFailed
+        self.result.fail(BLIPConnectionError(code, "\(error)", underlying: error))
         context.close(promise: nil)
     }
 

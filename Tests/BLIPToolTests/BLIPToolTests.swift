@@ -57,10 +57,33 @@ struct ArgumentTests {
             ["serve", "--require-basic", "alice"],
             ["serve", "--require-basic", ":password"],
             ["bench", "--self", "--compression-level", "-1"],
+            ["request", "ws://x", "--profile", "p", "--proxy", "socks4://h:1"],
+            ["request", "ws://x", "--profile", "p", "--tls-client-cert", "c.pem"],
+            ["bench", "--self", "--proxy", "h:3128"],
+            ["serve", "--tls-require-client-cert", "ca.pem"],
         ]
     )
     func invalid(arguments: [String]) {
         #expect(throws: (any Error).self) { _ = try BLIPTool.parseAsRoot(arguments) }
+    }
+
+    @Test("proxy and client certificate options reach the client's configuration; serve can require certificates")
+    func proxyAndCertificates() throws {
+        let request = try RequestCommand.parse([
+            "wss://h/db", "--profile", "p", "--proxy", "http://u:p%40ss@proxy:3128", "--tls-client-cert", "c.pem",
+            "--tls-client-key", "k.pem",
+        ])
+        let configuration = request.makeConfiguration()
+        #expect(configuration.proxy == .http(host: "proxy", port: 3128, username: "u", password: "p@ss"))
+        #expect(
+            configuration.tls.clientCertificate == .pemFiles(certificateChainPath: "c.pem", privateKeyPath: "k.pem")
+        )
+        let bench = try BenchCommand.parse(["ws://h/", "--proxy", "http://proxy"])
+        #expect(BenchRunner(url: "ws://h/", options: bench).clientConfiguration.proxy?.port == 1080)
+        let serve = try ServeCommand.parse([
+            "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-require-client-cert", "ca.pem",
+        ])
+        #expect(serve.tlsRequireClientCert == "ca.pem")
     }
 
     @Test("serve, bench and decode parse their options")

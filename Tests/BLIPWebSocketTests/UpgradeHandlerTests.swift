@@ -1,5 +1,6 @@
 import BLIP
 import Dispatch
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -490,6 +491,47 @@ struct ClientCertificateTests {
                 tls: Self.clientContext(server: serverCertificate, client: client)
             )
             #expect(with.hasPrefix("HTTP/1.1 101 "), "\(with)")
+        }
+    }
+
+    /// The library's own client: a certificate from PEM files or from PEM text in memory is presented and
+    /// reaches the server's upgrade decision as the identity; without one, or with one the server does not
+    /// trust, the connect fails with a `BLIPConnectionError` that says the TLS handshake failed.
+    @Test("the client presents its certificate (files or in memory); without a trusted one it is refused")
+    func clientPresentsCertificate() async throws {
+        let policy: @Sendable (String) -> BLIPWebSocketServer.TLS.ClientCertificates = { .required(trustRootsPath: $0) }
+        try await Self.withCertificateServer(policy) { server, serverCertificate, client in
+            let url = "wss://localhost:\(server.port)/"
+            var configuration = BLIPWebSocketClient.Configuration()
+            configuration.heartbeatInterval = nil
+            configuration.tls.trustRoots = .pemFile(serverCertificate.certificatePath)
+            let fromFiles = BLIPWebSocketClient.TLS.ClientCertificate.pemFiles(
+                certificateChainPath: client.certificatePath,
+                privateKeyPath: client.keyPath
+            )
+            let inMemory = BLIPWebSocketClient.TLS.ClientCertificate.pem(
+                certificateChain: try String(contentsOfFile: client.certificatePath, encoding: .utf8),
+                privateKey: try String(contentsOfFile: client.keyPath, encoding: .utf8)
+            )
+            for certificate in [fromFiles, inMemory] {
+                configuration.tls.clientCertificate = certificate
+                let identity = try await BLIPWebSocketClient.connect(to: url, configuration: configuration) {
+                    connection in
+                    try await connection.sendRequest(BLIPRequest(profile: "whoami")).properties["Identity"]
+                }
+                #expect(identity == "certified")
+            }
+            let untrusted = BLIPWebSocketClient.TLS.ClientCertificate.pemFiles(
+                certificateChainPath: serverCertificate.certificatePath,
+                privateKeyPath: serverCertificate.keyPath
+            )
+            for certificate in [nil, untrusted] {
+                configuration.tls.clientCertificate = certificate
+                let error = await #expect(throws: BLIPConnectionError.self) {
+                    try await BLIPWebSocketClient.connect(to: url, configuration: configuration) { _ in }
+                }
+                #expect(error?.code == .tlsFailed, "\(String(describing: error))")
+            }
         }
     }
 }
