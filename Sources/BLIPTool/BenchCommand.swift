@@ -73,6 +73,10 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
     @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
     var proxy: String?
+    @Option(help: "PEM file of certificates to trust for wss://.") var trustPem: String?
+    @Option(help: "PEM certificate chain this client presents when the server asks (mutual TLS).")
+    var tlsClientCert: String?
+    @Option(help: "PEM private key of --tls-client-cert.") var tlsClientKey: String?
     @Flag(
         name: .customLong("warm-up"),
         inversion: .prefixedNo,
@@ -86,6 +90,9 @@ struct BenchCommand: AsyncParsableCommand {
         }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
+        }
+        if (self.tlsClientCert == nil) != (self.tlsClientKey == nil) {
+            throw ValidationError("--tls-client-cert and --tls-client-key go together")
         }
         if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
             throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")

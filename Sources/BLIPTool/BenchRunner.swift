@@ -31,6 +31,10 @@ struct BenchRunner {
         if self.options.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
         configuration.connection.compressionLevel = self.options.compressionLevel
         configuration.proxy = self.options.proxy.flatMap(BLIPProxy.init(url:))
+        if let trust = self.options.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
+        if let certificate = self.options.tlsClientCert, let key = self.options.tlsClientKey {
+            configuration.tls.clientCertificate = .pemFiles(certificateChainPath: certificate, privateKeyPath: key)
+        }
         return configuration
     }
 

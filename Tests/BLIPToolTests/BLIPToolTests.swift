@@ -60,6 +60,7 @@ struct ArgumentTests {
             ["request", "ws://x", "--profile", "p", "--proxy", "socks4://h:1"],
             ["request", "ws://x", "--profile", "p", "--tls-client-cert", "c.pem"],
             ["bench", "--self", "--proxy", "h:3128"],
+            ["bench", "--self", "--tls-client-key", "k.pem"],
             ["serve", "--tls-require-client-cert", "ca.pem"],
         ]
     )
@@ -78,8 +79,17 @@ struct ArgumentTests {
         #expect(
             configuration.tls.clientCertificate == .pemFiles(certificateChainPath: "c.pem", privateKeyPath: "k.pem")
         )
-        let bench = try BenchCommand.parse(["ws://h/", "--proxy", "http://proxy"])
-        #expect(BenchRunner(url: "ws://h/", options: bench).clientConfiguration.proxy?.port == 1080)
+        let bench = try BenchCommand.parse([
+            "wss://h/", "--proxy", "http://proxy", "--trust-pem", "ca.pem", "--tls-client-cert", "c.pem",
+            "--tls-client-key", "k.pem",
+        ])
+        let benchConfiguration = BenchRunner(url: "wss://h/", options: bench).clientConfiguration
+        #expect(benchConfiguration.proxy?.port == 1080)
+        #expect(benchConfiguration.tls.trustRoots == .pemFile("ca.pem"))
+        #expect(
+            benchConfiguration.tls.clientCertificate
+                == .pemFiles(certificateChainPath: "c.pem", privateKeyPath: "k.pem")
+        )
         let serve = try ServeCommand.parse([
             "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-require-client-cert", "ca.pem",
         ])
