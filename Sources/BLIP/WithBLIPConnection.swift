@@ -53,7 +53,14 @@ extension BLIPConnection {
                         }
                     case .body(let outcome):
                         result = outcome
-                        if !closedFirst { await self.close() }
+                        guard !closedFirst else { break }
+                        // Already closed (by the peer, say) while its run task has yet to report it: the
+                        // connection still ended first, whichever child a busy machine finishes first.
+                        if self.isClosed {
+                            closedFirst = true
+                        } else {
+                            await self.close()
+                        }
                     }
                 }
                 return (result!, closedFirst)

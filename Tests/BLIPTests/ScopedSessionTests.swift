@@ -111,4 +111,24 @@ struct ScopedSessionTests {
         #expect(error?.closeStatus?.initiator == .peer)
         _ = await peerRun
     }
+
+    /// The body returns the moment it sees the peer's close, before the connection's run task can report it:
+    /// the call still throws (it once returned the value when the run task lagged on a busy machine).
+    @Test("closed by the peer just before the body returns: the call throws all the same")
+    func peerCloseJustBeforeReturn() async throws {
+        for _ in 0..<20 {
+            let (client, server) = BLIPInMemoryTransport.makePair(dialect: .blip3)
+            let peer = BLIPConnection(transport: server)
+            async let peerRun = peer.run()
+            let error = await #expect(throws: BLIPConnectionError.self) {
+                try await withBLIPConnection(over: client) { connection in
+                    await peer.close(code: .goingAway)
+                    while !connection.isClosed { try? await Task.sleep(for: .milliseconds(1)) }
+                    return 42
+                }
+            }
+            #expect(error?.closeStatus?.initiator == .peer)
+            _ = await peerRun
+        }
+    }
 }
