@@ -68,9 +68,7 @@ public final class BLIPInMemoryTransport: BLIPTransport {
 }
 
 /// The shared state of a pair. Each end's sink is only called on that end's queue.
-///
-/// `@unchecked`: `pumps` and `deliveries` are written once, at the end of `init`, and only read after.
-final class InMemoryLink: @unchecked Sendable {
+final class InMemoryLink: Sendable {
     struct End {
         var sink: BLIPTransportSink?
         var inbox: Deque<ByteBuffer> = []
@@ -91,18 +89,11 @@ final class InMemoryLink: @unchecked Sendable {
     static let allocator = ByteBufferAllocator()
     let queues: [DispatchQueue]
     let ends: NIOLockedValueBox<[End]>
-    /// Each end's pump and delivery as work items made once: at most one of each is queued at a time, and
-    /// queueing a ready-made item costs no allocation (a closure per hop cost two, several hops per round
-    /// trip).
-    private var pumps: [DispatchWorkItem] = []
-    private var deliveries: [DispatchWorkItem] = []
 
     init(dialect: BLIPDialect) {
         self.dialect = dialect
         self.queues = [DispatchQueue(label: "blip.in-memory.client"), DispatchQueue(label: "blip.in-memory.server")]
         self.ends = NIOLockedValueBox([End(), End()])
-        self.pumps = (0..<2).map { side in DispatchWorkItem { [weak self] in self?.pump(side) } }
-        self.deliveries = (0..<2).map { side in DispatchWorkItem { [weak self] in self?.deliver(side) } }
     }
 
     func start(_ side: Int, _ sink: BLIPTransportSink) {
@@ -121,7 +112,7 @@ final class InMemoryLink: @unchecked Sendable {
             ends[side].pumpScheduled = true
             return true
         }
-        if schedule { self.queues[side].async(execute: self.pumps[side]) }
+        if schedule { self.queues[side].async { self.pump(side) } }
     }
 
     private func scheduleDelivery(_ side: Int) {
@@ -130,7 +121,7 @@ final class InMemoryLink: @unchecked Sendable {
             ends[side].deliveryScheduled = true
             return true
         }
-        if schedule { self.queues[side].async(execute: self.deliveries[side]) }
+        if schedule { self.queues[side].async { self.deliver(side) } }
     }
 
     /// On `side`'s queue: pull frames from its connection while the other end can take them.
