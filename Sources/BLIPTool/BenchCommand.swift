@@ -71,12 +71,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
-    @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
-    var proxy: String?
-    @Option(help: "PEM file of certificates to trust for wss://.") var trustPem: String?
-    @Option(help: "PEM certificate chain this client presents when the server asks (mutual TLS).")
-    var tlsClientCert: String?
-    @Option(help: "PEM private key of --tls-client-cert.") var tlsClientKey: String?
+    @OptionGroup var reach: ClientReachOptions
     @Flag(
         name: .customLong("warm-up"),
         inversion: .prefixedNo,
@@ -90,12 +85,6 @@ struct BenchCommand: AsyncParsableCommand {
         }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
-        }
-        if (self.tlsClientCert == nil) != (self.tlsClientKey == nil) {
-            throw ValidationError("--tls-client-cert and --tls-client-key go together")
-        }
-        if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
-            throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
         }
     }
 

@@ -30,11 +30,7 @@ struct BenchRunner {
         configuration.connection.maximumIncomingMessageSize = 1 << 30
         if self.options.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
         configuration.connection.compressionLevel = self.options.compressionLevel
-        configuration.proxy = self.options.proxy.flatMap(BLIPProxy.init(url:))
-        if let trust = self.options.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
-        if let certificate = self.options.tlsClientCert, let key = self.options.tlsClientKey {
-            configuration.tls.clientCertificate = .pemFiles(certificateChainPath: certificate, privateKeyPath: key)
-        }
+        self.options.reach.apply(to: &configuration)
         return configuration
     }
 

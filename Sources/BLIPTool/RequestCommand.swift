@@ -32,14 +32,9 @@ struct RequestCommand: AsyncParsableCommand {
     @Option(help: "Credentials as USER:PASS, sent as Authorization: Basic (user:pass@ in the URL works too).")
     var user: String?
     @Option(help: "Redirects of the handshake to follow (0: none).") var maxRedirects = 5
-    @Option(help: "PEM file of certificates to trust for wss://.") var trustPem: String?
     @Option(help: "Accept only a server certificate with this SHA-256 (hex).") var pinSha256: String?
     @Option(help: "Write every frame under this folder.") var capture: String?
-    @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
-    var proxy: String?
-    @Option(help: "PEM certificate chain this client presents when the server asks (mutual TLS).")
-    var tlsClientCert: String?
-    @Option(help: "PEM private key of --tls-client-cert.") var tlsClientKey: String?
+    @OptionGroup var reach: ClientReachOptions
     @Flag(help: "Print the reply as one JSON object.") var json = false
     @Option(help: "Seconds to wait for the reply; then the request fails (exit status 1).") var timeout: Double?
 
@@ -65,12 +60,6 @@ struct RequestCommand: AsyncParsableCommand {
         }
         if let pin = self.pinSha256, Self.hexBytes(pin)?.count != 32 {
             throw ValidationError("--pin-sha256 takes 64 hex digits")
-        }
-        if (self.tlsClientCert == nil) != (self.tlsClientKey == nil) {
-            throw ValidationError("--tls-client-cert and --tls-client-key go together")
-        }
-        if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
-            throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
         }
     }
 
@@ -164,12 +153,8 @@ struct RequestCommand: AsyncParsableCommand {
             configuration.headers.append(("Authorization", "Basic " + Data(user.utf8).base64EncodedString()))
         }
         configuration.maximumRedirects = self.maxRedirects
-        if let trust = self.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
+        self.reach.apply(to: &configuration)
         configuration.tls.pinnedCertificateSHA256 = self.pinSha256.flatMap(Self.hexBytes)
-        configuration.proxy = self.proxy.flatMap(BLIPProxy.init(url:))
-        if let certificate = self.tlsClientCert, let key = self.tlsClientKey {
-            configuration.tls.clientCertificate = .pemFiles(certificateChainPath: certificate, privateKeyPath: key)
-        }
         configuration.heartbeatInterval = nil
         return configuration
     }

@@ -1,0 +1,30 @@
+internal import ArgumentParser
+internal import BLIPWebSocket
+
+/// How `request` and `bench` reach a server besides its URL: whom to trust, the certificate to present, and
+/// a proxy. One group, so that both commands take and check them alike.
+struct ClientReachOptions: ParsableArguments {
+    @Option(help: "PEM file of certificates to trust for wss://.") var trustPem: String?
+    @Option(help: "PEM certificate chain this client presents when the server asks (mutual TLS).")
+    var tlsClientCert: String?
+    @Option(help: "PEM private key of --tls-client-cert.") var tlsClientKey: String?
+    @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
+    var proxy: String?
+
+    func validate() throws {
+        if (self.tlsClientCert == nil) != (self.tlsClientKey == nil) {
+            throw ValidationError("--tls-client-cert and --tls-client-key go together")
+        }
+        if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
+            throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
+        }
+    }
+
+    func apply(to configuration: inout BLIPWebSocketClient.Configuration) {
+        if let trust = self.trustPem { configuration.tls.trustRoots = .pemFile(trust) }
+        if let certificate = self.tlsClientCert, let key = self.tlsClientKey {
+            configuration.tls.clientCertificate = .pemFiles(certificateChainPath: certificate, privateKeyPath: key)
+        }
+        configuration.proxy = self.proxy.flatMap(BLIPProxy.init(url:))
+    }
+}
