@@ -50,7 +50,6 @@ public struct BLIPProxy: Hashable, Sendable, CustomStringConvertible {
 
     /// Scheme, host and port; never the credentials, so that logs and errors do not show them.
     public var description: String {
-        let host = self.host.contains(":") ? "[\(self.host)]" : self.host
-        return "http://\(host):\(self.port)"
+        "http://\(BLIPWebSocketURL.uriHost(self.host)):\(self.port)"
     }
 }

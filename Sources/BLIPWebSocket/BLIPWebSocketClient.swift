@@ -304,13 +304,7 @@ public enum BLIPWebSocketClient {
                 metadata: ["blip.url": "\(url)", "blip.subprotocol": "\(transport.subprotocol ?? "none")"]
             )
             return transport
-        } catch let error as BLIPConnectionError {
-            channel.close(promise: nil)
-            throw error
-        } catch let error as BLIPHandshakeError {
-            channel.close(promise: nil)
-            throw error
-        } catch let error as BLIPProxyError {
+        } catch  where error is BLIPConnectionError || error is BLIPHandshakeError || error is BLIPProxyError {
             channel.close(promise: nil)
             throw error
         } catch {

@@ -96,8 +96,13 @@ public struct BLIPWebSocketURL: Hashable, Sendable, CustomStringConvertible {
 
     /// The `Host` header: the host, with the port unless it is the scheme's default.
     public var hostHeader: String {
-        let host = self.host.contains(":") ? "[\(self.host)]" : self.host
+        let host = Self.uriHost(self.host)
         return self.port == (self.isSecure ? 443 : 80) ? host : "\(host):\(self.port)"
+    }
+
+    /// `host` as it is written in a URL or a `Host` header: an IPv6 address in brackets (RFC 3986).
+    static func uriHost(_ host: String) -> String {
+        host.contains(":") ? "[\(host)]" : host
     }
 
     public var description: String {

@@ -19,9 +19,9 @@ enum ProxyTunnel {
         opened: @escaping () -> Void,
         failed: @escaping (BLIPProxyError) -> Void
     ) throws {
+        let uriHost = BLIPWebSocketURL.uriHost(host)
         var headers = HTTPHeaders()
-        let authority = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-        headers.add(name: "Host", value: authority)
+        headers.add(name: "Host", value: "\(uriHost):\(port)")
         if let authorization = proxy.basicAuthorization {
             headers.add(name: "Proxy-Authorization", value: authorization)
         }
@@ -31,7 +31,7 @@ enum ProxyTunnel {
         let recorder = ProxyResponseRecorder()
         let promise = eventLoop.makePromise(of: Void.self)
         let connect = NIOHTTP1ProxyConnectHandler(
-            targetHost: host.contains(":") ? "[\(host)]" : host,
+            targetHost: uriHost,
             targetPort: port,
             headers: headers,
             deadline: deadline,
