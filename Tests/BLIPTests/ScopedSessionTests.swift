@@ -97,19 +97,27 @@ struct ScopedSessionTests {
         #expect(value == 42)
         #expect(await serverRun.code == 4000)
 
-        let (otherClient, otherServer) = BLIPInMemoryTransport.makePair(dialect: .blip3)
-        let peer = BLIPConnection(transport: otherServer)
+        let error = await Self.peerClosesDuringBody(lingering: .milliseconds(20))
+        #expect(error?.closeStatus?.initiator == .peer)
+    }
+
+    /// A session whose peer closes the connection while the body runs; the body waits until it sees the
+    /// close, lingers, and returns 42 (ignoring its cancellation). What the call threw, if it threw
+    /// `BLIPConnectionError` as it must.
+    static func peerClosesDuringBody(lingering: Duration) async -> BLIPConnectionError? {
+        let (client, server) = BLIPInMemoryTransport.makePair(dialect: .blip3)
+        let peer = BLIPConnection(transport: server)
         async let peerRun = peer.run()
         let error = await #expect(throws: BLIPConnectionError.self) {
-            try await withBLIPConnection(over: otherClient) { connection in
+            try await withBLIPConnection(over: client) { connection in
                 await peer.close(code: .goingAway)
                 while !connection.isClosed { try? await Task.sleep(for: .milliseconds(1)) }
-                try? await Task.sleep(for: .milliseconds(20))
-                return 42  // ignores its cancellation
+                if lingering > .zero { try? await Task.sleep(for: lingering) }
+                return 42
             }
         }
-        #expect(error?.closeStatus?.initiator == .peer)
         _ = await peerRun
+        return error
     }
 
     /// The body returns the moment it sees the peer's close, before the connection's run task can report it:
@@ -117,18 +125,8 @@ struct ScopedSessionTests {
     @Test("closed by the peer just before the body returns: the call throws all the same")
     func peerCloseJustBeforeReturn() async throws {
         for _ in 0..<20 {
-            let (client, server) = BLIPInMemoryTransport.makePair(dialect: .blip3)
-            let peer = BLIPConnection(transport: server)
-            async let peerRun = peer.run()
-            let error = await #expect(throws: BLIPConnectionError.self) {
-                try await withBLIPConnection(over: client) { connection in
-                    await peer.close(code: .goingAway)
-                    while !connection.isClosed { try? await Task.sleep(for: .milliseconds(1)) }
-                    return 42
-                }
-            }
+            let error = await Self.peerClosesDuringBody(lingering: .zero)
             #expect(error?.closeStatus?.initiator == .peer)
-            _ = await peerRun
         }
     }
 }

@@ -137,10 +137,7 @@ struct LoopbackTests {
         let certificate = try await offThePool { try TestCertificate.make() }
         defer { certificate.remove() }
         var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
-        serverConfiguration.tls = .init(
-            certificateChainPath: certificate.certificatePath,
-            privateKeyPath: certificate.keyPath
-        )
+        serverConfiguration.tls = certificate.serverTLS
         try await withServer(serverConfiguration) { server in
             var trusted = BLIPWebSocketClient.Configuration()
             trusted.tls.trustRoots = .pemFile(certificate.certificatePath)

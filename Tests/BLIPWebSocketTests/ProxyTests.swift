@@ -63,10 +63,7 @@ struct HTTPProxyTests {
         let certificate = try await offThePool { try TestCertificate.make() }
         defer { certificate.remove() }
         var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
-        serverConfiguration.tls = .init(
-            certificateChainPath: certificate.certificatePath,
-            privateKeyPath: certificate.keyPath
-        )
+        serverConfiguration.tls = certificate.serverTLS
         try await withServer(serverConfiguration) { server in
             try await TinyProxy.with(connectPorts: [server.port]) { proxy in
                 var configuration = try Self.configuration(proxy: proxy.url())

@@ -443,11 +443,8 @@ struct ClientCertificateTests {
         }
         let clientDER = try NIOSSLCertificate.fromPEMFile(clientCertificate.certificatePath)[0].toDERBytes()
         var configuration = BLIPWebSocketServer.Configuration.forTests
-        configuration.tls = .init(
-            certificateChainPath: serverCertificate.certificatePath,
-            privateKeyPath: serverCertificate.keyPath,
-            clientCertificates: policy(clientCertificate.certificatePath)
-        )
+        configuration.tls = serverCertificate.serverTLS
+        configuration.tls?.clientCertificates = policy(clientCertificate.certificatePath)
         try await UpgradeHandlerTests.serve(configuration, upgradeHandler: Self.handler(expecting: clientDER)) {
             server in
             try await body(server, serverCertificate, clientCertificate)
@@ -505,10 +502,7 @@ struct ClientCertificateTests {
             var configuration = BLIPWebSocketClient.Configuration()
             configuration.heartbeatInterval = nil
             configuration.tls.trustRoots = .pemFile(serverCertificate.certificatePath)
-            let fromFiles = BLIPWebSocketClient.TLS.ClientCertificate.pemFiles(
-                certificateChainPath: client.certificatePath,
-                privateKeyPath: client.keyPath
-            )
+            let fromFiles = client.clientCertificate
             let inMemory = BLIPWebSocketClient.TLS.ClientCertificate.pem(
                 certificateChain: try String(contentsOfFile: client.certificatePath, encoding: .utf8),
                 privateKey: try String(contentsOfFile: client.keyPath, encoding: .utf8)
@@ -521,10 +515,7 @@ struct ClientCertificateTests {
                 }
                 #expect(identity == "certified")
             }
-            let untrusted = BLIPWebSocketClient.TLS.ClientCertificate.pemFiles(
-                certificateChainPath: serverCertificate.certificatePath,
-                privateKeyPath: serverCertificate.keyPath
-            )
+            let untrusted = serverCertificate.clientCertificate
             for certificate in [nil, untrusted] {
                 configuration.tls.clientCertificate = certificate
                 let error = await #expect(throws: BLIPConnectionError.self) {

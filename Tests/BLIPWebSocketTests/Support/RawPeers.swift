@@ -146,6 +146,16 @@ struct TestCertificate {
         FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")
     }
 
+    /// A server's TLS settings presenting this certificate.
+    var serverTLS: BLIPWebSocketServer.TLS {
+        BLIPWebSocketServer.TLS(certificateChainPath: self.certificatePath, privateKeyPath: self.keyPath)
+    }
+
+    /// This certificate as the one a client presents (mutual TLS), from its files.
+    var clientCertificate: BLIPWebSocketClient.TLS.ClientCertificate {
+        .pemFiles(certificateChainPath: self.certificatePath, privateKeyPath: self.keyPath)
+    }
+
     static func make() throws -> TestCertificate {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blip-tls-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
