@@ -21,6 +21,9 @@ let nioHTTP1: Target.Dependency = .product(name: "NIOHTTP1", package: "swift-nio
 let nioWebSocket: Target.Dependency = .product(name: "NIOWebSocket", package: "swift-nio")
 let nioSSL: Target.Dependency = .product(name: "NIOSSL", package: "swift-nio-ssl")
 let nioExtras: Target.Dependency = .product(name: "NIOExtras", package: "swift-nio-extras")
+let nioSOCKS: Target.Dependency = .product(name: "NIOSOCKS", package: "swift-nio-extras")
+let x509: Target.Dependency = .product(name: "X509", package: "swift-certificates")
+let asn1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-asn1")
 
 let package = Package(
     name: "swift-blip",
@@ -41,6 +44,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.30.0"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.0"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.10.0"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         // documentation only: `swift package generate-documentation` (.ci/docs.sh)
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
@@ -76,8 +81,8 @@ let package = Package(
         .target(
             name: "BLIPWebSocket",
             dependencies: [
-                "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, crypto,
-                logging, deque,
+                "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, nioSOCKS,
+                crypto, x509, asn1, logging, deque,
             ],
             swiftSettings: swiftSettings
         ),

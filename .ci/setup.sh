@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks to build and test swift-blip: the system zlib headers and
 # pkg-config (CBLIPZlib links the system zlib), python3 (the reference decoder used by the tests) and
-# tinyproxy (the real HTTP proxy the proxy tests tunnel through).
+# tinyproxy and microsocks (the real HTTP and SOCKS5 proxies the proxy tests go through).
 set -euo pipefail
 
 missing=()
@@ -9,6 +9,7 @@ dpkg -s zlib1g-dev >/dev/null 2>&1 || missing+=(zlib1g-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 [ -x /usr/bin/tinyproxy ] || missing+=(tinyproxy)
+[ -x /usr/bin/microsocks ] || missing+=(microsocks)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     sudo_cmd=()

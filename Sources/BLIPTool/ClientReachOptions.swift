@@ -1,5 +1,6 @@
 internal import ArgumentParser
 internal import BLIPWebSocket
+internal import Foundation
 
 /// How `request` and `bench` reach a server besides its URL: whom to trust, the certificate to present, and
 /// a proxy. One group, so that both commands take and check them alike.
@@ -8,15 +9,24 @@ struct ClientReachOptions: ParsableArguments {
     @Option(help: "PEM certificate chain this client presents when the server asks (mutual TLS).")
     var tlsClientCert: String?
     @Option(help: "PEM private key of --tls-client-cert.") var tlsClientKey: String?
-    @Option(help: "Reach the server through this HTTP proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel).")
+    @Option(help: "Name to send in SNI and to check the server's certificate against, instead of the URL's host.")
+    var tlsServerName: String?
+    @Option(
+        help: """
+            Reach the server through this proxy: http://[USER:PASS@]HOST[:PORT] (CONNECT tunnel) or \
+            socks5://[USER:PASS@]HOST[:PORT] (the proxy resolves the server's name).
+            """
+    )
     var proxy: String?
+    @Flag(help: "Without --proxy, take the proxy from https_proxy, http_proxy, all_proxy and no_proxy, as curl does.")
+    var proxyFromEnvironment = false
 
     func validate() throws {
         if (self.tlsClientCert == nil) != (self.tlsClientKey == nil) {
             throw ValidationError("--tls-client-cert and --tls-client-key go together")
         }
         if let proxy = self.proxy, BLIPProxy(url: proxy) == nil {
-            throw ValidationError("--proxy takes http://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
+            throw ValidationError("--proxy takes http:// or socks5://[USER:PASS@]HOST[:PORT], not '\(proxy)'")
         }
     }
 
@@ -25,6 +35,8 @@ struct ClientReachOptions: ParsableArguments {
         if let certificate = self.tlsClientCert, let key = self.tlsClientKey {
             configuration.tls.clientCertificate = .pemFiles(certificateChainPath: certificate, privateKeyPath: key)
         }
+        configuration.tls.serverName = self.tlsServerName
         configuration.proxy = self.proxy.flatMap(BLIPProxy.init(url:))
+        if self.proxyFromEnvironment { configuration.proxyEnvironment = ProcessInfo.processInfo.environment }
     }
 }

@@ -33,6 +33,13 @@ struct RequestCommand: AsyncParsableCommand {
     var user: String?
     @Option(help: "Redirects of the handshake to follow (0: none).") var maxRedirects = 5
     @Option(help: "Accept only a server certificate with this SHA-256 (hex).") var pinSha256: String?
+    @Option(
+        help: """
+            Accept only a server whose chain holds a certificate with this SHA-256 (hex), the chain verified \
+            up to it (repeatable: a backup pin).
+            """
+    )
+    var pinChainSha256: [String] = []
     @Option(help: "Write every frame under this folder.") var capture: String?
     @OptionGroup var reach: ClientReachOptions
     @Flag(help: "Print the reply as one JSON object.") var json = false
@@ -60,6 +67,9 @@ struct RequestCommand: AsyncParsableCommand {
         }
         if let pin = self.pinSha256, Self.hexBytes(pin)?.count != 32 {
             throw ValidationError("--pin-sha256 takes 64 hex digits")
+        }
+        if self.pinChainSha256.contains(where: { Self.hexBytes($0)?.count != 32 }) {
+            throw ValidationError("--pin-chain-sha256 takes 64 hex digits")
         }
     }
 
@@ -155,6 +165,7 @@ struct RequestCommand: AsyncParsableCommand {
         configuration.maximumRedirects = self.maxRedirects
         self.reach.apply(to: &configuration)
         configuration.tls.pinnedCertificateSHA256 = self.pinSha256.flatMap(Self.hexBytes)
+        configuration.tls.pinnedChainSHA256 = self.pinChainSha256.compactMap(Self.hexBytes)
         configuration.heartbeatInterval = nil
         return configuration
     }

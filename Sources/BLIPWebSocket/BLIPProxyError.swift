@@ -12,10 +12,12 @@ public struct BLIPProxyError: Error, Sendable, CustomStringConvertible {
         /// No TCP connection to the proxy (refused, unreachable, or not within the connect timeout).
         public static let unreachable = Kind(base: .unreachable)
         /// 407 (or 401, which some proxies send for wrong credentials): the proxy wants credentials, or other
-        /// ones; ``BLIPProxyError/challenges`` says which scheme.
+        /// ones; ``BLIPProxyError/challenges`` says which scheme. A SOCKS5 proxy that accepts none of the
+        /// offered methods, or rejects the username and password.
         public static let authenticationRequired = Kind(base: .authenticationRequired)
         /// Any other status than 2xx: 403 (the proxy may not reach that host or port), 502 (it could not),
-        /// and so on; see ``BLIPProxyError/status``.
+        /// and so on; see ``BLIPProxyError/status``. From a SOCKS5 proxy, any reply but success; see
+        /// ``BLIPProxyError/socksReply``.
         public static let refused = Kind(base: .refused)
         /// The proxy closed the connection before the tunnel was open.
         public static let closed = Kind(base: .closed)
@@ -30,8 +32,12 @@ public struct BLIPProxyError: Error, Sendable, CustomStringConvertible {
     public var kind: Kind
     /// The proxy, without credentials.
     public var proxy: String
-    /// The status the proxy answered, if it answered.
+    /// The HTTP status the proxy answered, if it answered.
     public var status: Int?
+    /// The reply code of a SOCKS5 proxy's refusal (RFC 1928, section 6): 1 general failure, 2 not allowed by
+    /// its rules, 3 network unreachable, 4 host unreachable, 5 connection refused, 6 TTL expired, 7 command
+    /// not supported, 8 address type not supported.
+    public var socksReply: UInt8?
     public var reason: String?
     public var headers: BLIPHTTPFields
     public var underlying: (any Error)?
@@ -40,6 +46,7 @@ public struct BLIPProxyError: Error, Sendable, CustomStringConvertible {
         kind: Kind,
         proxy: String,
         status: Int? = nil,
+        socksReply: UInt8? = nil,
         reason: String? = nil,
         headers: BLIPHTTPFields = [:],
         underlying: (any Error)? = nil
@@ -47,6 +54,7 @@ public struct BLIPProxyError: Error, Sendable, CustomStringConvertible {
         self.kind = kind
         self.proxy = proxy
         self.status = status
+        self.socksReply = socksReply
         self.reason = reason
         self.headers = headers
         self.underlying = underlying
@@ -60,11 +68,17 @@ public struct BLIPProxyError: Error, Sendable, CustomStringConvertible {
     }
 
     /// Whether trying again later can succeed without changing anything: a proxy that could not reach the
-    /// server (502, 503, 504), closed, timed out or could not be reached itself.
+    /// server (HTTP 502, 503, 504; SOCKS5 replies 1, 3, 4, 5, 6), closed, timed out or could not be reached
+    /// itself.
     public var isTransient: Bool {
         switch self.kind {
         case .unreachable, .closed, .timedOut: true
-        case .refused: [502, 503, 504].contains(self.status ?? 0)
+        case .refused:
+            if let reply = self.socksReply {
+                [1, 3, 4, 5, 6].contains(reply)
+            } else {
+                [502, 503, 504].contains(self.status ?? 0)
+            }
         default: false
         }
     }
@@ -72,6 +86,8 @@ public struct BLIPProxyError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         var text = "BLIPProxyError(\(self.kind) from proxy \(self.proxy)"
         if let status = self.status { text += ": HTTP \(status) \(self.reason ?? "")" }
+        if let reply = self.socksReply { text += ": SOCKS5 reply \(reply) \(self.reason ?? "")" }
+        if self.status == nil, self.socksReply == nil, let reason = self.reason { text += ": \(reason)" }
         if let underlying = self.underlying { text += ": \(underlying)" }
         return text + ")"
     }

@@ -5,7 +5,7 @@ public import Logging
 public import NIOCore
 internal import NIOHTTP1
 public import NIOPosix
-internal import NIOSSL
+public import NIOSSL
 internal import NIOWebSocket
 
 /// Opens BLIP connections over WebSocket (`ws://` and `wss://`).
@@ -32,6 +32,10 @@ public enum BLIPWebSocketClient {
         /// Reach the server through this proxy (nil: connect directly). The connect timeout covers the TCP
         /// connection to the proxy, the handshake timeout the tunnel and then the TLS and WebSocket handshakes.
         public var proxy: BLIPProxy?
+        /// Opt-in: without a ``proxy``, take one from these environment variables as curl does (usually
+        /// `ProcessInfo.processInfo.environment`), for each URL, redirects included. See
+        /// ``BLIPProxy/fromEnvironment(host:port:isSecure:environment:)``.
+        public var proxyEnvironment: [String: String]?
         /// WebSocket ping every this often; nil or zero turns the heartbeat off.
         public var heartbeatInterval: TimeAmount? = .seconds(300)
         /// The connection fails if a ping gets no pong within this.
@@ -78,11 +82,32 @@ public enum BLIPWebSocketClient {
             }
         }
 
+        /// Decides on the server's certificates in place of every check here (trust roots, name, pins). It
+        /// gets the chain as the server presented it, leaf first, on the connection's event loop, and must
+        /// complete the promise (it may do so later, from anywhere).
+        public typealias CustomVerification =
+            @Sendable ([NIOSSLCertificate], EventLoopPromise<NIOSSLVerificationResult>) -> Void
+
+        /// NIOSSL's configuration to start from, for what the options here do not cover: minimum and maximum
+        /// TLS versions, cipher suites, ALPN, key logging. The options below that are set are applied on top
+        /// of it; nil starts from `TLSConfiguration.makeClientConfiguration()`.
+        public var configuration: TLSConfiguration?
         public var trustRoots = TrustRoots.system
         /// Accept only a server whose leaf certificate has this SHA-256 (of its DER form), whatever signs it.
         public var pinnedCertificateSHA256: [UInt8]?
+        /// Accept only a server whose presented chain holds a certificate with one of these SHA-256s (of the
+        /// DER form), which then is the only trust anchor: the chain from the leaf up to it must verify, with
+        /// the server's name and the dates (a pinned leaf is accepted as itself, as with
+        /// ``pinnedCertificateSHA256``). Pin a CA or intermediate to survive the renewal of the leaf, and a
+        /// second (backup) one. With ``pinnedCertificateSHA256`` as well, either one accepts.
+        public var pinnedChainSHA256: [[UInt8]] = []
         /// What this client presents when the server asks for a certificate; nil presents none.
         public var clientCertificate: ClientCertificate?
+        /// The name sent in SNI and checked against the server's certificate, instead of the URL's host: for
+        /// a server reached by address, or under a name its certificate does not carry.
+        public var serverName: String?
+        /// See ``CustomVerification``; nil keeps NIOSSL's verification with the options here.
+        public var customVerification: CustomVerification?
 
         public init() {}
     }
@@ -216,15 +241,20 @@ public enum BLIPWebSocketClient {
             maximumMessageSize: configuration.maximumMessageSize,
             logger: logger
         )
+        let proxy =
+            try configuration.proxy
+            ?? configuration.proxyEnvironment.flatMap {
+                try BLIPProxy.fromEnvironment(host: url.host, port: url.port, isSecure: url.isSecure, environment: $0)
+            }
+        if let proxy { try SOCKS5Tunnel.check(proxy, host: url.host) }
         let result = eventLoopGroup.any().makePromise(of: BLIPWebSocketTransport.self)
-        let proxy = configuration.proxy
         let handshakeTimeout = configuration.handshakeTimeout
         // TLS, when wanted, and the upgrade: at once on a direct connection, through the tunnel once it is open.
         let addWebSocketHandlers = { @Sendable (channel: any Channel) throws in
             let sync = channel.pipeline.syncOperations
             if let tlsContext {
                 try sync.addHandler(
-                    try self.makeTLSHandler(tlsContext, host: url.host, pin: configuration.tls.pinnedCertificateSHA256)
+                    try self.makeTLSHandler(tlsContext, host: url.host, tls: configuration.tls)
                 )
             }
             let upgrader = BLIPClientUpgrader(
@@ -256,18 +286,34 @@ public enum BLIPWebSocketClient {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let proxy else { return try addWebSocketHandlers(channel) }
-                    try ProxyTunnel.addHTTPConnectHandlers(
-                        channel.pipeline.syncOperations,
-                        eventLoop: channel.eventLoop,
-                        proxy: proxy,
-                        host: url.host,
-                        port: url.port,
-                        deadline: .now() + handshakeTimeout,
-                        opened: {
-                            do { try addWebSocketHandlers(channel) } catch { result.fail(error) }
-                        },
-                        failed: { result.fail($0) }
-                    )
+                    let opened = {
+                        do { try addWebSocketHandlers(channel) } catch { result.fail(error) }
+                    }
+                    let failed = { (error: BLIPProxyError) in result.fail(error) }
+                    let deadline = NIODeadline.now() + handshakeTimeout
+                    switch proxy.scheme {
+                    case .httpConnect:
+                        try ProxyTunnel.addHTTPConnectHandlers(
+                            channel.pipeline.syncOperations,
+                            eventLoop: channel.eventLoop,
+                            proxy: proxy,
+                            host: url.host,
+                            port: url.port,
+                            deadline: deadline,
+                            opened: opened,
+                            failed: failed
+                        )
+                    case .socks5:
+                        try SOCKS5Tunnel.addHandlers(
+                            channel.pipeline.syncOperations,
+                            proxy: proxy,
+                            host: url.host,
+                            port: url.port,
+                            deadline: deadline,
+                            opened: opened,
+                            failed: failed
+                        )
+                    }
                 }
             }
         let channel: any Channel
@@ -314,12 +360,14 @@ public enum BLIPWebSocketClient {
     }
 
     static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
-        var configuration = TLSConfiguration.makeClientConfiguration()
+        var configuration = tls.configuration ?? TLSConfiguration.makeClientConfiguration()
         if case .pemFile(let path) = tls.trustRoots {
             configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(path))
         }
-        if tls.pinnedCertificateSHA256 != nil {
-            // The pin replaces chain and hostname checks: the certificate is known exactly.
+        let pinned = tls.pinnedCertificateSHA256 != nil || !tls.pinnedChainSHA256.isEmpty
+        if pinned || tls.customVerification != nil {
+            // Pins and a custom callback replace NIOSSL's checks, name included (``CertificatePinVerification``
+            // makes its own). Not `.none` either, whatever the base says: NIOSSL would not call them at all.
             configuration.certificateVerification = .noHostnameVerification
         }
         switch tls.clientCertificate?.source {
@@ -337,17 +385,23 @@ public enum BLIPWebSocketClient {
         return try NIOSSLContext(configuration: configuration)
     }
 
-    static func makeTLSHandler(_ context: NIOSSLContext, host: String, pin: [UInt8]?) throws -> NIOSSLClientHandler {
+    static func makeTLSHandler(_ context: NIOSSLContext, host: String, tls: TLS) throws -> NIOSSLClientHandler {
         // SNI takes names only: no IP literals.
-        let isIPAddress = (try? SocketAddress(ipAddress: host, port: 0)) != nil
-        let serverHostname = isIPAddress ? nil : host
-        guard let pin else { return try NIOSSLClientHandler(context: context, serverHostname: serverHostname) }
-        return try NIOSSLClientHandler(context: context, serverHostname: serverHostname) { certificates, promise in
-            guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
-                promise.succeed(.failed)
-                return
-            }
-            promise.succeed(Array(SHA256.hash(data: der)) == pin ? .certificateVerified : .failed)
+        let name = tls.serverName ?? host
+        let serverHostname = (try? SocketAddress(ipAddress: name, port: 0)) != nil ? nil : name
+        if let custom = tls.customVerification {
+            return try NIOSSLClientHandler(context: context, serverHostname: serverHostname) { custom($0, $1) }
+        }
+        guard tls.pinnedCertificateSHA256 != nil || !tls.pinnedChainSHA256.isEmpty else {
+            return try NIOSSLClientHandler(context: context, serverHostname: serverHostname)
+        }
+        let pins = CertificatePinVerification(
+            leafPin: tls.pinnedCertificateSHA256,
+            chainPins: Set(tls.pinnedChainSHA256),
+            serverName: name
+        )
+        return try NIOSSLClientHandler(context: context, serverHostname: serverHostname) {
+            pins.verify($0, promise: $1)
         }
     }
 }

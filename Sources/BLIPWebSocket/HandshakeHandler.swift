@@ -74,8 +74,9 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
             self.finish(context, bodyIsTruncated: false)  // a malformed body after the head
             return
         }
-        let code: BLIPConnectionError.Code =
-            error is NIOSSLError || error is BoringSSLError ? .tlsFailed : .transportFailed
+        // NIOSSLExtraError: the certificate is not for the server's name.
+        let isTLS = error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError
+        let code: BLIPConnectionError.Code = isTLS ? .tlsFailed : .transportFailed
         self.result.fail(BLIPConnectionError(code, "\(error)", underlying: error))
         context.close(promise: nil)
     }

@@ -62,6 +62,7 @@ struct ArgumentTests {
             ["bench", "--self", "--proxy", "h:3128"],
             ["bench", "--self", "--tls-client-key", "k.pem"],
             ["serve", "--tls-require-client-cert", "ca.pem"],
+            ["request", "ws://x", "--profile", "p", "--pin-chain-sha256", "abcd"],
         ]
     )
     func invalid(arguments: [String]) {
@@ -90,6 +91,18 @@ struct ArgumentTests {
             benchConfiguration.tls.clientCertificate
                 == .pemFiles(certificateChainPath: "c.pem", privateKeyPath: "k.pem")
         )
+        let pin = String(repeating: "ab", count: 32)
+        let socks = try RequestCommand.parse([
+            "wss://10.0.0.2/db", "--profile", "p", "--proxy", "socks5h://u:pw@proxy", "--tls-server-name",
+            "sync.example",
+            "--pin-chain-sha256", pin, "--proxy-from-environment",
+        ])
+        let socksConfiguration = socks.makeConfiguration()
+        #expect(socksConfiguration.proxy == .socks5(host: "proxy", port: 1080, username: "u", password: "pw"))
+        #expect(socksConfiguration.tls.serverName == "sync.example")
+        #expect(socksConfiguration.tls.pinnedChainSHA256 == [[UInt8](repeating: 0xAB, count: 32)])
+        #expect(socksConfiguration.proxyEnvironment != nil)
+        #expect(request.makeConfiguration().proxyEnvironment == nil)
         let serve = try ServeCommand.parse([
             "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-require-client-cert", "ca.pem",
         ])

@@ -199,7 +199,7 @@ struct HTTPProxyFailureTests {
     }
 }
 
-private final class CloseOnRead: ChannelInboundHandler, Sendable {
+final class CloseOnRead: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -156,7 +156,7 @@ struct TestCertificate {
         .pemFiles(certificateChainPath: self.certificatePath, privateKeyPath: self.keyPath)
     }
 
-    static func make() throws -> TestCertificate {
+    static func make(subjectAltName: String = "DNS:localhost,IP:127.0.0.1") throws -> TestCertificate {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("blip-tls-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let process = Process()
@@ -165,7 +165,7 @@ struct TestCertificate {
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-keyout", directory.appendingPathComponent("key.pem").path,
             "-out", directory.appendingPathComponent("cert.pem").path,
-            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=\(subjectAltName)",
         ]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
