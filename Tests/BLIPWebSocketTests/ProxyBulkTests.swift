@@ -2,6 +2,7 @@ import BLIP
 import BLIPWebSocket
 import Foundation
 import NIOCore
+import NIOPosix
 import Testing
 
 /// The acceptance workload through each proxy, ws and wss: a 64 MiB message up, with urgent requests
@@ -26,7 +27,11 @@ struct ProxyBulkTests {
         defer { certificate.remove() }
         var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
         if secure { serverConfiguration.tls = certificate.serverTLS }
-        try await withServer(serverConfiguration) { server in
+        // Loops of their own: 64 MiB through a debug build keeps a loop busy for seconds, and the shared ones
+        // carry every other suite's connections (a connect elsewhere timed out behind them under load).
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        defer { group.shutdownGracefully { _ in } }
+        try await withServer(serverConfiguration, eventLoopGroup: group) { server in
             var configuration = BLIPWebSocketClient.Configuration()
             configuration.heartbeatInterval = nil
             configuration.handshakeTimeout = .seconds(60)
@@ -34,17 +39,22 @@ struct ProxyBulkTests {
             let target = "\(secure ? "wss" : "ws")://localhost:\(server.port)/"
             switch route {
             case .direct:
-                try await Self.run(target: target, configuration: configuration, label: "direct")
+                try await Self.run(target: target, configuration: configuration, group: group, label: "direct")
             case .http:
                 try await TinyProxy.with(connectPorts: [server.port]) { proxy in
                     configuration.proxy = BLIPProxy(url: proxy.url())
-                    try await Self.run(target: target, configuration: configuration, label: "HTTP CONNECT")
+                    try await Self.run(
+                        target: target,
+                        configuration: configuration,
+                        group: group,
+                        label: "HTTP CONNECT"
+                    )
                     #expect(proxy.tunnelsOpened == 1)
                 }
             case .socks5:
                 try await MicroSocks.with { proxy in
                     configuration.proxy = BLIPProxy(url: proxy.url())
-                    try await Self.run(target: target, configuration: configuration, label: "SOCKS5")
+                    try await Self.run(target: target, configuration: configuration, group: group, label: "SOCKS5")
                 }
             }
         }
@@ -52,9 +62,15 @@ struct ProxyBulkTests {
 
     /// Sends the bulk message, and urgent echoes once it is under way; every reply must be right, and the
     /// urgent ones must not wait for the bulk one.
-    static func run(target: String, configuration: BLIPWebSocketClient.Configuration, label: String) async throws {
+    static func run(
+        target: String,
+        configuration: BLIPWebSocketClient.Configuration,
+        group: any EventLoopGroup,
+        label: String
+    ) async throws {
         let body = pattern(Self.bulkSize)
-        try await BLIPWebSocketClient.connect(to: target, configuration: configuration) { connection in
+        try await BLIPWebSocketClient.connect(to: target, configuration: configuration, eventLoopGroup: group) {
+            connection in
             let started = ContinuousClock.now
             async let bulk = {
                 let reply = try await connection.sendRequest(BLIPRequest(profile: "sink", body: body))
