@@ -289,31 +289,15 @@ public enum BLIPWebSocketClient {
                     let opened = {
                         do { try addWebSocketHandlers(channel) } catch { result.fail(error) }
                     }
-                    let failed = { (error: BLIPProxyError) in result.fail(error) }
-                    let deadline = NIODeadline.now() + handshakeTimeout
-                    switch proxy.scheme {
-                    case .httpConnect:
-                        try ProxyTunnel.addHTTPConnectHandlers(
-                            channel.pipeline.syncOperations,
-                            eventLoop: channel.eventLoop,
-                            proxy: proxy,
-                            host: url.host,
-                            port: url.port,
-                            deadline: deadline,
-                            opened: opened,
-                            failed: failed
-                        )
-                    case .socks5:
-                        try SOCKS5Tunnel.addHandlers(
-                            channel.pipeline.syncOperations,
-                            proxy: proxy,
-                            host: url.host,
-                            port: url.port,
-                            deadline: deadline,
-                            opened: opened,
-                            failed: failed
-                        )
-                    }
+                    try ProxyTunnel.addHandlers(
+                        channel.pipeline.syncOperations,
+                        proxy: proxy,
+                        host: url.host,
+                        port: url.port,
+                        deadline: .now() + handshakeTimeout,
+                        opened: opened,
+                        failed: { result.fail($0) }
+                    )
                 }
             }
         let channel: any Channel

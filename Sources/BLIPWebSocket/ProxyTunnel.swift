@@ -2,16 +2,14 @@ internal import NIOCore
 internal import NIOExtras
 internal import NIOHTTP1
 
-/// Asks an HTTP proxy for a `CONNECT` tunnel to the server, with swift-nio-extras' handler, before anything
-/// of the WebSocket handshake is added: once the tunnel is open its handlers are gone and the channel is a
-/// plain byte stream to the server.
+/// Opens the way through a proxy before anything of the WebSocket handshake is added: once it is open the
+/// proxy's handlers are gone and the channel is a plain byte stream to the server.
 enum ProxyTunnel {
-    /// Adds the tunnel's handlers to a channel being initialized. `opened` runs on the channel's loop once
-    /// the tunnel is open (and its handlers removed); `failed` gets the proxy's refusal as a
+    /// Adds the handlers for the proxy's kind to a channel being initialized. `opened` runs on the channel's
+    /// loop once the tunnel is open (and its handlers removed); `failed` gets why not as a
     /// ``BLIPProxyError``, after which the channel closes.
-    static func addHTTPConnectHandlers(
+    static func addHandlers(
         _ pipeline: ChannelPipeline.SynchronousOperations,
-        eventLoop: any EventLoop,
         proxy: BLIPProxy,
         host: String,
         port: Int,
@@ -19,6 +17,25 @@ enum ProxyTunnel {
         opened: @escaping () -> Void,
         failed: @escaping (BLIPProxyError) -> Void
     ) throws {
+        let add =
+            switch proxy.scheme {
+            case .httpConnect: Self.addHTTPConnectHandlers
+            case .socks5: SOCKS5Tunnel.addHandlers
+            }
+        try add(pipeline, proxy, host, port, deadline, opened, failed)
+    }
+
+    /// An HTTP proxy's `CONNECT` tunnel, with swift-nio-extras' handler.
+    static func addHTTPConnectHandlers(
+        _ pipeline: ChannelPipeline.SynchronousOperations,
+        proxy: BLIPProxy,
+        host: String,
+        port: Int,
+        deadline: NIODeadline,
+        opened: @escaping () -> Void,
+        failed: @escaping (BLIPProxyError) -> Void
+    ) throws {
+        let eventLoop = pipeline.eventLoop
         let uriHost = BLIPWebSocketURL.uriHost(host)
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: "\(uriHost):\(port)")

@@ -27,9 +27,8 @@ enum SOCKS5Tunnel {
         }
     }
 
-    /// Adds the proxy's handlers to a channel being initialized. `opened` runs on the channel's loop once the
-    /// proxy has connected to the server (and its handlers are removed); `failed` gets why not as a
-    /// ``BLIPProxyError``, after which the channel closes.
+    /// Adds the proxy's handlers, as ``ProxyTunnel/addHandlers(_:proxy:host:port:deadline:opened:failed:)``
+    /// describes.
     static func addHandlers(
         _ pipeline: ChannelPipeline.SynchronousOperations,
         proxy: BLIPProxy,

@@ -124,9 +124,21 @@ struct HTTPProxyTests {
 }
 
 /// The ways a proxy can fail that need no real proxy: nothing listening, one that hangs up, one that never
-/// answers, one that does not speak HTTP.
-@Suite("HTTP CONNECT proxy failures", .timeLimit(.minutes(2)))
+/// answers (HTTP and SOCKS5 alike), one that does not speak HTTP.
+@Suite("Proxy failures", .timeLimit(.minutes(2)))
 struct HTTPProxyFailureTests {
+    /// Each kind of proxy at a loopback port, SOCKS5 with credentials (its longest handshake).
+    enum Kind: String, CaseIterable, Sendable {
+        case http, socks5
+
+        func proxy(port: Int) -> BLIPProxy {
+            switch self {
+            case .http: .http(host: "127.0.0.1", port: port)
+            case .socks5: .socks5(host: "127.0.0.1", port: port, username: "alice", password: "secret")
+            }
+        }
+    }
+
     /// A TCP server on a loopback port whose connections get `behaviour`.
     static func withFakeProxy<T: Sendable>(
         _ behaviour: @escaping @Sendable (any Channel) -> Void,
@@ -148,39 +160,46 @@ struct HTTPProxyFailureTests {
         }
     }
 
-    static func connect(proxyPort: Int, handshakeTimeout: TimeAmount = .seconds(20)) async throws {
+    static func connect(
+        proxyPort: Int,
+        kind: Kind = .http,
+        handshakeTimeout: TimeAmount = .seconds(20)
+    ) async throws {
         var configuration = BLIPWebSocketClient.Configuration()
-        configuration.proxy = .http(host: "127.0.0.1", port: proxyPort)
+        configuration.proxy = kind.proxy(port: proxyPort)
         configuration.handshakeTimeout = handshakeTimeout
         configuration.heartbeatInterval = nil
         try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:9/", configuration: configuration) { _ in }
     }
 
-    @Test("nothing listens at the proxy's address: unreachable")
-    func unreachable() async throws {
+    @Test("nothing listens at the proxy's address: unreachable", arguments: Kind.allCases)
+    func unreachable(kind: Kind) async throws {
         let port = try freeLoopbackPort()
-        let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
+        let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port, kind: kind) }
         #expect(error?.kind == .unreachable)
         #expect(error?.isTransient == true)
+        #expect(error?.description.hasPrefix("BLIPProxyError(unreachable from proxy \(kind)://127.0.0.1:") == true)
     }
 
-    @Test("the proxy hangs up before answering: closed")
-    func closesMidHandshake() async throws {
-        // Hangs up once the CONNECT request has arrived.
+    @Test("the proxy hangs up before answering: closed", arguments: Kind.allCases)
+    func closesMidHandshake(kind: Kind) async throws {
+        // Hangs up once the CONNECT request (or the SOCKS5 greeting) has arrived.
         let hangUp: @Sendable (any Channel) -> Void = { _ = $0.pipeline.addHandler(CloseOnRead()) }
         try await Self.withFakeProxy(hangUp) { port in
-            let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
+            let error = await #expect(throws: BLIPProxyError.self) {
+                try await Self.connect(proxyPort: port, kind: kind)
+            }
             #expect(error?.kind == .closed)
         }
     }
 
-    @Test("the proxy never answers: timed out within the handshake timeout")
-    func neverAnswers() async throws {
+    @Test("the proxy never answers: timed out within the handshake timeout", arguments: Kind.allCases)
+    func neverAnswers(kind: Kind) async throws {
         let silent: @Sendable (any Channel) -> Void = { _ in }
         try await Self.withFakeProxy(silent) { port in
             let started = ContinuousClock.now
             let error = await #expect(throws: BLIPProxyError.self) {
-                try await Self.connect(proxyPort: port, handshakeTimeout: .milliseconds(500))
+                try await Self.connect(proxyPort: port, kind: kind, handshakeTimeout: .milliseconds(500))
             }
             #expect(error?.kind == .timedOut)
             #expect(ContinuousClock.now - started < .seconds(30))

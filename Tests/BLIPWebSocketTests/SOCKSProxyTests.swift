@@ -140,32 +140,12 @@ struct SOCKSProxyTests {
     }
 }
 
-/// The ways a SOCKS5 proxy can fail that need no real proxy.
+/// The ways only a SOCKS5 proxy can fail, from fake proxies (the ones every proxy shares are in
+/// ``HTTPProxyFailureTests``).
 @Suite("SOCKS5 proxy failures", .timeLimit(.minutes(2)))
 struct SOCKSProxyFailureTests {
-    static func connect(proxyPort: Int, handshakeTimeout: TimeAmount = .seconds(20)) async throws {
-        var configuration = BLIPWebSocketClient.Configuration()
-        configuration.proxy = .socks5(host: "127.0.0.1", port: proxyPort, username: "alice", password: "secret")
-        configuration.handshakeTimeout = handshakeTimeout
-        configuration.heartbeatInterval = nil
-        try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:9/", configuration: configuration) { _ in }
-    }
-
-    @Test("nothing listens at the proxy's address: unreachable")
-    func unreachable() async throws {
-        let port = try freeLoopbackPort()
-        let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
-        #expect(error?.kind == .unreachable)
-        #expect(error?.description.hasPrefix("BLIPProxyError(unreachable from proxy socks5://127.0.0.1:") == true)
-    }
-
-    @Test("the proxy hangs up after the greeting: closed")
-    func closesMidHandshake() async throws {
-        let hangUp: @Sendable (any Channel) -> Void = { _ = $0.pipeline.addHandler(CloseOnRead()) }
-        try await HTTPProxyFailureTests.withFakeProxy(hangUp) { port in
-            let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
-            #expect(error?.kind == .closed)
-        }
+    static func connect(proxyPort: Int) async throws {
+        try await HTTPProxyFailureTests.connect(proxyPort: proxyPort, kind: .socks5)
     }
 
     @Test("the proxy hangs up after the password: closed")
@@ -177,19 +157,6 @@ struct SOCKSProxyFailureTests {
         try await HTTPProxyFailureTests.withFakeProxy(script) { port in
             let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
             #expect(error?.kind == .closed)
-        }
-    }
-
-    @Test("the proxy never answers: timed out within the handshake timeout")
-    func neverAnswers() async throws {
-        let silent: @Sendable (any Channel) -> Void = { _ in }
-        try await HTTPProxyFailureTests.withFakeProxy(silent) { port in
-            let started = ContinuousClock.now
-            let error = await #expect(throws: BLIPProxyError.self) {
-                try await Self.connect(proxyPort: port, handshakeTimeout: .milliseconds(500))
-            }
-            #expect(error?.kind == .timedOut)
-            #expect(ContinuousClock.now - started < .seconds(30))
         }
     }
 
