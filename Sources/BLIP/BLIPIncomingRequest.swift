@@ -89,7 +89,7 @@ public struct BLIPIncomingRequests: AsyncSequence, Sendable {
 
 extension ConnectionCore {
     func nextUnhandledRequest() async -> BLIPIncomingRequest? {
-        await withCheckedContinuation { (continuation: CheckedContinuation<BLIPIncomingRequest?, Never>) in
+        await self.handOffThatCannotFail { (continuation: CheckedContinuation<BLIPIncomingRequest?, Never>) in
             var effects = Effects()
             self.state.withLockedValue { state in
                 if let request = state.unhandled.popFirst() {

@@ -168,7 +168,7 @@ extension ConnectionCore {
         started: AsyncStream<BLIPOutgoingID>.Continuation?,
         waiter: @escaping (CheckedContinuation<Reply, any Error>) -> ReplyWaiter
     ) async throws -> Reply {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Reply, any Error>) in
+        try await self.handOff { (continuation: CheckedContinuation<Reply, any Error>) in
             var effects = Effects()
             self.state.withLockedValue { state in
                 guard

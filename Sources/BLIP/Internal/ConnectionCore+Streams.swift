@@ -73,7 +73,7 @@ extension ConnectionCore {
         self.perform(effects)
         if let ready { return try ready.get() }
         let piece = try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
+            try await self.handOff { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
                     if let ready = self.takeReady(id, &state, effects: &effects) {
@@ -98,10 +98,6 @@ extension ConnectionCore {
             }
             self.perform(effects)
         }
-        // A piece resumed before this task reached its await comes through the continuation's atomic
-        // status alone, which the Swift runtime does not report to ThreadSanitizer on that path; taking the
-        // lock the piece was handed under makes the hand-off visible to it (one uncontended lock).
-        self.state.withLockedValue { _ in }
         return piece
     }
 

@@ -1,0 +1,19 @@
+internal import NIOConcurrencyHelpers
+
+extension ConnectionCore {
+    /// Waits for what the connection hands a task under its lock (a reply, a body piece, a request):
+    /// `register` stores the continuation or resumes it. A continuation resumed before the task reached its
+    /// await passes the value through the continuation's atomic status alone, which the Swift runtime does
+    /// not report to ThreadSanitizer on that path; taking the lock the value was handed under once more
+    /// (uncontended) makes the hand-off visible to it, whichever path the runtime took.
+    func handOff<Value>(_ register: (CheckedContinuation<Value, any Error>) -> Void) async throws -> Value {
+        defer { self.state.withLockedValue { _ in } }
+        return try await withCheckedThrowingContinuation(register)
+    }
+
+    /// ``handOff(_:)`` for what cannot fail.
+    func handOffThatCannotFail<Value>(_ register: (CheckedContinuation<Value, Never>) -> Void) async -> Value {
+        defer { self.state.withLockedValue { _ in } }
+        return await withCheckedContinuation(register)
+    }
+}
