@@ -209,8 +209,11 @@ final class InMemoryLink: Sendable {
             }
             return ends[side].sink
         }
-        sink?.closed(BLIPCloseStatus(code: reason.code, reason: reason.message, initiator: .local))
+        // The peer's delivery is queued before this side learns of its close: what this side's application
+        // does next (closing the peer too, say) then comes after the close on the peer's queue, as a close
+        // frame on the wire comes before anything sent later.
         self.scheduleDelivery(other)
+        sink?.closed(BLIPCloseStatus(code: reason.code, reason: reason.message, initiator: .local))
     }
 
     func cut() {
