@@ -148,6 +148,29 @@ struct PropertyCodecTests {
         }
     }
 
+    @Test(
+        "every kind of invalid UTF-8 in a property is refused",
+        arguments: [
+            "C0 AF",  // overlong "/"
+            "E0 80 AF",  // overlong, three bytes
+            "ED A0 80",  // a UTF-16 surrogate
+            "F4 90 80 80",  // beyond U+10FFFF
+            "E2 82",  // truncated before the NUL
+            "80",  // a lone continuation byte
+            "61 FE 62",  // a byte that never occurs
+        ]
+    )
+    func invalidUTF8Forms(bad: String) {
+        // "ab\0", then the bad string and its NUL: the bad string starts at block byte 3.
+        let body = ByteBuffer(hex: "61 62 00 " + bad + " 00")
+        var input = ByteBuffer()
+        input.writeBLIPVarint(UInt64(body.readableBytes))
+        input.writeImmutableBuffer(body)
+        #expect(throws: BLIPWireError(.invalidUTF8, offset: 4)) {
+            try BLIPPropertyCodec.read(from: &input, dialect: .blip3)
+        }
+    }
+
     @Test("random properties round-trip in every dialect")
     func roundTrip() async {
         let text = Gen<String>.oneOf(
