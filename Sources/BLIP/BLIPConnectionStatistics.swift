@@ -22,6 +22,8 @@ public struct BLIPConnectionStatistics: Hashable, Sendable {
     public var readPausesForUnreadReplies = 0
     /// Requests answered ERR BLIP/503 because the connection was full and could not pause reading.
     public var requestsRefusedBusy = 0
+    /// Requests answered ERR BLIP/503 because they arrived during a graceful close.
+    public var requestsRefusedClosing = 0
     /// Requests that waited for a free handler slot.
     public var requestsQueuedForHandler = 0
 }

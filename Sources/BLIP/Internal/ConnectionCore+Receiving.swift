@@ -204,6 +204,7 @@ extension ConnectionCore {
                 expectsReply: message.expectsReply,
                 handler
             )
+            if message.expectsReply { state.unanswered.insert(message.id.number) }
             self.dispatch(work, &state, effects: &effects)
             return
         }
@@ -251,6 +252,14 @@ extension ConnectionCore {
         }
         // Requests that would be held (for a handler, or in the incoming-request buffer); a 404 is not.
         let isHeld = route != nil || self.configuration.unhandledRequests == .deliver
+        if message.expectsReply && isHeld && state.isDraining {
+            // Closing gracefully: what is in flight finishes, nothing new starts.
+            self.release(charge, &state, effects: &effects)
+            state.statistics.requestsRefusedClosing += 1
+            let error = BLIPError(code: .busy, message: "the connection is closing")
+            self.enqueueReply(error, to: message.id.number, &state, effects: &effects)
+            return
+        }
         if message.expectsReply && isHeld && self.mustRefuseRequests(state) {
             // Full, and reading cannot pause without keeping a running handler from finishing.
             self.release(charge, &state, effects: &effects)
@@ -265,6 +274,7 @@ extension ConnectionCore {
             urgent: message.flags.contains(.urgent),
             compressed: message.flags.contains(.compressed)
         )
+        if message.expectsReply { state.unanswered.insert(message.id.number) }
         switch route {
         case .whole(let handler):
             let work = Work.handle(
@@ -327,6 +337,7 @@ extension ConnectionCore {
 
     /// Queues an ERR reply the connection gives on its own (404, 413, 503).
     func enqueueReply(_ error: BLIPError, to number: UInt64, _ state: inout State, effects: inout Effects) {
+        state.unanswered.remove(number)
         let reply = BLIPOutgoingMessage(
             .error(toRequest: number),
             properties: error.errorReplyProperties,

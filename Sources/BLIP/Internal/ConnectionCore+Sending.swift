@@ -148,7 +148,7 @@ extension ConnectionCore {
         )
     }
 
-    private func makeToken() -> UInt64 {
+    func makeToken() -> UInt64 {
         self.nextToken.add(1, ordering: .relaxed).oldValue
     }
 
@@ -342,6 +342,7 @@ extension ConnectionCore {
         _ state: inout State,
         effects: inout Effects
     ) -> BLIPOutgoingID? {
+        state.unanswered.remove(number)
         do throws(BLIPEngineError) {
             let (id, wake) = try state.engine.enqueue(message)
             effects.wakeWriter = effects.wakeWriter || wake

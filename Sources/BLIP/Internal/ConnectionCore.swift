@@ -27,6 +27,9 @@ final class ConnectionCore: Sendable {
     let tracesFrames: Bool
     let state: NIOLockedValueBox<State>
     let nextToken = Atomic<UInt64>(1)
+    /// Set (under the lock) while a graceful close waits, so that ``perform(_:)`` looks at the state only
+    /// then: one relaxed load per operation otherwise.
+    let drainIsWaiting = Atomic<Bool>(false)
     /// What ``run()`` starts tasks for: handlers, and the bodies of streamed replies.
     let work: AsyncStream<Job>
     let workContinuation: AsyncStream<Job>.Continuation
@@ -137,6 +140,13 @@ final class ConnectionCore: Sendable {
         /// ConnectionCore+Progress).
         var progress: [BLIPOutgoingID: ProgressReporter] = [:]
         var replyProgress: [BLIPIncomingID: ReplyProgress] = [:]
+        /// The peer's requests handed to the application that still owe a reply (their numbers), until the
+        /// reply is queued; a graceful close waits for them (ConnectionCore+Draining).
+        var unanswered: Set<UInt64> = []
+        /// A graceful close is under way: new requests that expect a reply get ERR BLIP/503.
+        var isDraining = false
+        /// Graceful closes waiting for nothing to be in flight, by token.
+        var drainWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
 
     /// What to do after leaving the lock.
@@ -212,6 +222,7 @@ final class ConnectionCore: Sendable {
             self.transport.wakeWriter()
         }
         if let immediate = effects.immediate { self.handleImmediately(immediate) }
+        if self.drainIsWaiting.load(ordering: .relaxed) { self.resumeDrainWaitersIfQuiet() }
     }
 
     /// Tells the transport to read or not, as the state says now. Two threads can decide opposite changes
@@ -336,7 +347,8 @@ final class ConnectionCore: Sendable {
                 + state.tokenOfMessage.count + state.inbound.count + state.streams.count + state.unhandled.count
                 + state.pendingWork.count + state.withheld.count + state.engine.outgoingCount
                 + state.engine.awaitingReplyCount + state.engine.incomingCount + state.progress.count
-                + state.replyProgress.count + state.cancelledTokens.count
+                + state.replyProgress.count + state.cancelledTokens.count + state.unanswered.count
+                + state.drainWaiters.count
         }
     }
 
@@ -387,6 +399,7 @@ final class ConnectionCore: Sendable {
         self.progressFailedAll(&state, effects: &effects)
         if let waiter = state.unhandledWaiter { effects.later { waiter.resume(returning: nil) } }
         for waiter in state.closeWaiters { effects.later { waiter.resume(returning: status) } }
+        for waiter in state.drainWaiters.values { effects.later { waiter.resume() } }
         // Unanswered requests answer themselves when they go, and a request for a handler that will not
         // run holds a body stream: both call back into the connection, so they go after the lock.
         // Moved out whole (no copy: converting an empty Deque writes to the runtime's shared empty-array
@@ -401,6 +414,8 @@ final class ConnectionCore: Sendable {
         state.pendingWork.removeAll()
         state.unhandledWaiter = nil
         state.closeWaiters.removeAll()
+        state.drainWaiters.removeAll()
+        state.unanswered.removeAll()
         state.tokens.removeAll()
         state.tokenOfMessage.removeAll()
         state.withheld.removeAll()
