@@ -24,6 +24,8 @@ let nioExtras: Target.Dependency = .product(name: "NIOExtras", package: "swift-n
 let nioSOCKS: Target.Dependency = .product(name: "NIOSOCKS", package: "swift-nio-extras")
 let x509: Target.Dependency = .product(name: "X509", package: "swift-certificates")
 let asn1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-asn1")
+let serviceLifecycle: Target.Dependency = .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
+let unixSignals: Target.Dependency = .product(name: "UnixSignals", package: "swift-service-lifecycle")
 
 let package = Package(
     name: "swift-blip",
@@ -47,6 +49,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.10.0"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
         // documentation only: `swift package generate-documentation` (.ci/docs.sh)
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // test-only
@@ -82,14 +85,15 @@ let package = Package(
             name: "BLIPWebSocket",
             dependencies: [
                 "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, nioSOCKS,
-                crypto, x509, asn1, logging, deque,
+                crypto, x509, asn1, logging, deque, serviceLifecycle,
             ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "BLIPTool",
             dependencies: [
-                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, crypto, logging,
+                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, crypto, logging, serviceLifecycle,
+                unixSignals,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings
@@ -119,7 +123,8 @@ let package = Package(
             name: "BLIPWebSocketTests",
             dependencies: [
                 "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto,
-                logging, .product(name: "NIOEmbedded", package: "swift-nio"),
+                logging, serviceLifecycle, .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -6,6 +6,8 @@ internal import Foundation
 internal import Logging
 internal import NIOConcurrencyHelpers
 internal import NIOCore
+internal import ServiceLifecycle
+internal import UnixSignals
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -46,6 +48,8 @@ struct ServeCommand: AsyncParsableCommand {
     var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
+    @Option(help: "On SIGTERM or SIGINT, how many seconds connections get to finish what is in flight before closing.")
+    var drainTimeout = 10.0
     @Flag(help: "Log every message.") var verbose = false
 
     func validate() throws {
@@ -65,6 +69,9 @@ struct ServeCommand: AsyncParsableCommand {
             throw ValidationError("--require-basic is user:password, with a non-empty user name and no colon in it")
         }
         if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
+        if !(self.drainTimeout >= 0 && self.drainTimeout <= 86_400) {
+            throw ValidationError("--drain-timeout is 0 to 86 400 seconds")
+        }
         if !(self.handshakeTimeout > 0 && self.handshakeTimeout <= 86_400) {
             throw ValidationError("--handshake-timeout is more than 0 and at most 86 400 seconds")
         }
@@ -83,6 +90,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maximumMessageSize = self.maxMessageSize
         configuration.maximumConnections = self.maxConnections
         configuration.handshakeTimeout = .nanoseconds(Int64(self.handshakeTimeout * 1e9))
+        configuration.shutdownDrainTimeout = .nanoseconds(Int64(self.drainTimeout * 1e9))
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         configuration.rawEndpointMode = self.echoOnly ? .echo : .benchmark
         configuration.connection.unhandledRequests = .deliver
@@ -111,12 +119,8 @@ struct ServeCommand: AsyncParsableCommand {
         print("blip: listening on \(scheme)://\(self.host):\(server.port)\(self.path ?? "/")")
         fflush(nil)
 
-        let signals = Self.onTermination { Task { await server.shutdown() } }
         let connectionLogger = logger
-        defer {
-            for source in signals { source.cancel() }
-        }
-        await server.run { accepted in
+        let serving = Serving(server: server) { accepted in
             connectionLogger.info(
                 "connection",
                 metadata: [
@@ -151,17 +155,26 @@ struct ServeCommand: AsyncParsableCommand {
                 )
             }
         }
+        // SIGTERM and SIGINT shut down gracefully: no new connections, in-flight requests finish (up to
+        // --drain-timeout), then each connection closes with 1001.
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [.init(service: serving)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        try await group.run()
         logger.info("stopped")
     }
 
-    /// Calls `action` on SIGINT or SIGTERM.
-    static func onTermination(_ action: @escaping @Sendable () -> Void) -> [any DispatchSourceSignal] {
-        [SIGINT, SIGTERM].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler(handler: action)
-            source.resume()
-            return source
+    /// The server with the tool's per-connection logging, as the one service of its group.
+    private struct Serving: Service {
+        let server: BLIPWebSocketServer
+        let onConnection: @Sendable (BLIPWebSocketServer.AcceptedConnection) -> Void
+
+        func run() async {
+            await self.server.run(onConnection: self.onConnection)
         }
     }
 }

@@ -7,14 +7,18 @@ internal import NIOHTTP1
 public import NIOPosix
 internal import NIOSSL
 internal import NIOWebSocket
+public import ServiceLifecycle
 
 /// Accepts BLIP connections over WebSocket.
 ///
 /// ```swift
 /// let server = try await BLIPWebSocketServer.bind(configuration: .init(), router: router)
 /// print("listening on port \(server.port)")
-/// await server.run()            // until shutdown()
+/// await server.run()            // until shutdown() or shutdownGracefully()
 /// ```
+///
+/// It is a swift-service-lifecycle `Service`: in a `ServiceGroup`, a graceful shutdown (a signal the group
+/// was configured with) runs ``shutdownGracefully(drainTimeout:)``, and cancellation ``shutdown()``.
 public final class BLIPWebSocketServer: Sendable {
     public struct Configuration: Sendable {
         public var host = "127.0.0.1"
@@ -34,6 +38,9 @@ public final class BLIPWebSocketServer: Sendable {
         public var heartbeatTimeout = TimeAmount.seconds(30)
         /// After sending a close frame, how long to wait for the peer's before closing the TCP connection.
         public var closeTimeout = TimeAmount.seconds(2)
+        /// How long a graceful shutdown lets each connection finish what is in flight before it closes it
+        /// with 1001 anyway (``shutdownGracefully(drainTimeout:)``).
+        public var shutdownDrainTimeout = TimeAmount.seconds(10)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
         /// How long a client has from its TCP connect to a completed WebSocket upgrade (a TLS handshake
@@ -121,7 +128,7 @@ public final class BLIPWebSocketServer: Sendable {
     let logger: Logger
     private let accepted: AsyncStream<AcceptedConnection>
     private let acceptedContinuation: AsyncStream<AcceptedConnection>.Continuation
-    private let open = NIOLockedValueBox<Set<BLIPConnection>>([])
+    private let connections = NIOLockedValueBox(Connections())
     let rawChannels: RawChannels
 
     /// The port the server listens on.
@@ -224,30 +231,68 @@ public final class BLIPWebSocketServer: Sendable {
         return server
     }
 
-    /// Serves connections until ``shutdown()``: each connection's handlers run here.
+    /// Serves connections until ``shutdown()`` or ``shutdownGracefully(drainTimeout:)``: each connection's
+    /// handlers run here. Under a swift-service-lifecycle graceful shutdown it shuts down gracefully; when
+    /// its task is cancelled, at once.
     public func run(onConnection: (@Sendable (AcceptedConnection) -> Void)? = nil) async {
+        await withGracefulShutdownHandler {
+            await withTaskCancellationHandler {
+                await self.serve(onConnection)
+            } onCancel: {
+                Task { await self.shutdown() }
+            }
+        } onGracefulShutdown: {
+            Task { await self.shutdownGracefully() }
+        }
+    }
+
+    private func serve(_ onConnection: (@Sendable (AcceptedConnection) -> Void)?) async {
         await withDiscardingTaskGroup { group in
             for await accepted in self.accepted {
                 let connection = accepted.connection
-                self.open.withLockedValue { _ = $0.insert(connection) }
+                // One that completed its handshake as the server began to stop gets the same close.
+                let stopping = self.connections.withLockedValue { connections in
+                    connections.open.insert(connection)
+                    return connections.stopping
+                }
                 onConnection?(accepted)
                 group.addTask {
                     await connection.run()
-                    _ = self.open.withLockedValue { $0.remove(connection) }
+                    _ = self.connections.withLockedValue { $0.open.remove(connection) }
                 }
+                if let stopping { group.addTask { await stopping.close(connection) } }
             }
         }
     }
 
-    /// Stops accepting, closes every connection normally (1000), and lets ``run(onConnection:)`` return.
+    /// Stops accepting, closes every connection normally (1000) at once, and lets ``run(onConnection:)``
+    /// return when they have closed.
     public func shutdown() async {
+        await self.stop(.immediately)
+    }
+
+    /// Stops accepting and lets every connection finish what is in flight (see
+    /// `BLIPConnection.closeGracefully(drainTimeout:code:reason:)`: requests already being handled
+    /// are answered, replies to the server's own requests arrive, new requests get ERR BLIP/503), for at
+    /// most `drainTimeout` (nil: ``Configuration/shutdownDrainTimeout``); then closes each with 1001 (going
+    /// away), failing what is left with that status. Returns when every connection has closed;
+    /// ``run(onConnection:)`` returns then too.
+    public func shutdownGracefully(drainTimeout: Duration? = nil) async {
+        let timeout = drainTimeout ?? .nanoseconds(self.configuration.shutdownDrainTimeout.nanoseconds)
+        await self.stop(.gracefully(drainTimeout: timeout))
+    }
+
+    private func stop(_ mode: StopMode) async {
+        let open = self.connections.withLockedValue { connections in
+            connections.stopping = connections.stopping ?? mode
+            return Array(connections.open)
+        }
         try? await self.channel.close()
         self.acceptedContinuation.finish()
         for channel in self.rawChannels.raw { channel.close(promise: nil) }
-        let connections = self.open.withLockedValue { Array($0) }
         await withDiscardingTaskGroup { group in
-            for connection in connections {
-                group.addTask { await connection.close() }
+            for connection in open {
+                group.addTask { await mode.close(connection) }
             }
         }
         // Wait for every connection's socket to close (and its capture to be written).
@@ -257,7 +302,27 @@ public final class BLIPWebSocketServer: Sendable {
     }
 
     /// Connections open now.
-    public var openConnectionCount: Int { self.open.withLockedValue { $0.count } }
+    public var openConnectionCount: Int { self.connections.withLockedValue { $0.open.count } }
+
+    /// The connections being served, and how the server is stopping once it is.
+    private struct Connections {
+        var open: Set<BLIPConnection> = []
+        var stopping: StopMode?
+    }
+
+    private enum StopMode: Sendable {
+        case immediately
+        case gracefully(drainTimeout: Duration)
+
+        func close(_ connection: BLIPConnection) async {
+            switch self {
+            case .immediately:
+                await connection.close()
+            case .gracefully(let drainTimeout):
+                await connection.closeGracefully(drainTimeout: drainTimeout, reason: "server shutting down")
+            }
+        }
+    }
 
     /// The listening channel's handlers: a pause after accept fails for want of descriptors or memory (with
     /// its rate-limited log), and the connection limit.
@@ -338,7 +403,7 @@ public final class BLIPWebSocketServer: Sendable {
                         logger: logger,
                         identity: identity
                     )
-                    accepted.yield(
+                    let offered = accepted.yield(
                         AcceptedConnection(
                             connection: connection,
                             remoteAddress: channel.remoteAddress.map { "\($0)" } ?? "?",
@@ -347,6 +412,8 @@ public final class BLIPWebSocketServer: Sendable {
                             upgradeRequest: request
                         )
                     )
+                    // The server stopped serving while this one was in its handshake: nobody will run it.
+                    if case .terminated = offered { channel.close(promise: nil) }
                 }
             }
         )
@@ -498,5 +565,12 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if error is NIOWebSocketUpgradeError { return }  // a refusal: the request itself follows
         context.close(promise: nil)
+    }
+}
+
+extension BLIPWebSocketServer: Service {
+    /// Serves connections (``run(onConnection:)`` without a callback); what a `ServiceGroup` runs.
+    public func run() async {
+        await self.run(onConnection: nil)
     }
 }
