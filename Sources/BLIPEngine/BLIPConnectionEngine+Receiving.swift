@@ -132,9 +132,11 @@ extension BLIPConnectionEngine {
         if isLastFrame {
             self.incoming.removeValue(forKey: id)
             if id.isRequest {
+                // Refused (too large) gets ERR BLIP/413; merely drained (its reader went away) may still be
+                // answered, and its reply, if already given, leaves now.
                 let wake = try self.requestCompleted(
                     id.number,
-                    discarded: message.isDiscarding,
+                    discarded: message.isTooLarge,
                     refusedEarly: message.wasRefusedEarly,
                     flags: message.flags
                 )

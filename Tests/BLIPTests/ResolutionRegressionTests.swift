@@ -20,6 +20,28 @@ struct ResolutionRegressionTests {
 
     /// Closing used to drop the buffered requests under the connection's lock; each one's deinit answers
     /// it, which takes the lock again (a crash in debug builds, a deadlock in release ones).
+    @Test("a streaming handler that replies without reading its whole body: its reply arrives, not ERR 413")
+    func replyWithoutReadingTheBody() async throws {
+        // The unread rest is drained; the engine took a drained request for a refused one (too large) and
+        // answered ERR BLIP/413 at its end, leaving the handler's reply queued forever.
+        var router = BLIPRouter()
+        router.registerStreaming(profile: "ignore") { _, _ in BLIPResponse(text: "early") }
+        let peers = InMemoryPeers(router: router)
+        try await peers.run { client in
+            let (body, pieces) = AsyncStream.makeStream(of: ByteBuffer.self)
+            let upload = Task { try await client.sendRequest(BLIPRequest(profile: "ignore"), body: body) }
+            pieces.yield(ByteBuffer(repeating: 1, count: 1000))
+            pieces.yield(ByteBuffer(repeating: 1, count: 1000))  // read one ahead: the first leaves now
+            try await waitUntil { peers.serverConnection.statistics.bytesReceived >= 1000 }
+            try await waitUntil { peers.serverConnection.core.state.withLockedValue { $0.engine.outgoingCount } == 1 }
+            pieces.yield(ByteBuffer(repeating: 2, count: 500))
+            pieces.finish()
+            let reply = try await upload.value
+            #expect(String(buffer: reply.body) == "early")
+            try await waitUntil { peers.serverConnection.core.pendingBookkeeping == 0 }
+        }
+    }
+
     @Test("a connection with requests waiting in incomingRequests closes cleanly", arguments: Ending.allCases)
     func closeWithBufferedRequests(ending: Ending) async throws {
         let transport = ManualTransport()
