@@ -2,10 +2,11 @@ extension BLIPConnection {
     /// Closes the connection once what is in flight has finished, for a server going away or a client
     /// logging out without losing a reply.
     ///
-    /// From the call on, requests from the peer that expect a reply are answered ERR BLIP/503 (no-reply
-    /// requests, and requests to streaming handlers that are already arriving, are still handled). Requests
-    /// already handed to handlers or to ``incomingRequests`` finish and their replies are sent; requests
-    /// of ours get their replies; messages still being sent or received complete. When nothing is in flight,
+    /// From the call on, requests from the peer that expect a reply and begin arriving are answered ERR
+    /// BLIP/503 once they have arrived (no-reply requests are still handled).
+    /// Requests that began arriving before, or were handed to handlers or to ``incomingRequests``, finish
+    /// and their replies are sent; requests of ours get their replies; messages being sent complete. When
+    /// nothing is in flight,
     /// or after `drainTimeout`, the connection closes with `code` and `reason`, and whatever is still
     /// pending then fails with ``BLIPConnectionError/Code/connectionClosed`` carrying the returned status.
     /// Cancelling the calling task skips the rest of the wait and closes at once. A handler that calls it

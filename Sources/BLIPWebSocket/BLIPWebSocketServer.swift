@@ -235,15 +235,20 @@ public final class BLIPWebSocketServer: Sendable {
     /// handlers run here. Under a swift-service-lifecycle graceful shutdown it shuts down gracefully; when
     /// its task is cancelled, at once.
     public func run(onConnection: (@Sendable (AcceptedConnection) -> Void)? = nil) async {
+        // The stops these handlers start, awaited before returning: a service is done when it has stopped.
+        let stops = NIOLockedValueBox<[Task<Void, Never>]>([])
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 await self.serve(onConnection)
             } onCancel: {
-                Task { await self.shutdown() }
+                let stop = Task { await self.shutdown() }
+                stops.withLockedValue { $0.append(stop) }
             }
         } onGracefulShutdown: {
-            Task { await self.shutdownGracefully() }
+            let stop = Task { await self.shutdownGracefully() }
+            stops.withLockedValue { $0.append(stop) }
         }
+        for stop in stops.withLockedValue({ $0 }) { await stop.value }
     }
 
     private func serve(_ onConnection: (@Sendable (AcceptedConnection) -> Void)?) async {
@@ -284,7 +289,12 @@ public final class BLIPWebSocketServer: Sendable {
 
     private func stop(_ mode: StopMode) async {
         let open = self.connections.withLockedValue { connections in
-            connections.stopping = connections.stopping ?? mode
+            // A stop at once overrides a graceful one under way (a group cancelled while it drains).
+            if case .immediately = mode {
+                connections.stopping = mode
+            } else if connections.stopping == nil {
+                connections.stopping = mode
+            }
             return Array(connections.open)
         }
         try? await self.channel.close()

@@ -118,6 +118,59 @@ struct GracefulCloseTests {
         }
     }
 
+    @Test("a streamed request that begins during the close gets ERR 503 once it has arrived; its handler never runs")
+    func streamingRequestBegunWhileClosingIsRefused() async throws {
+        let latch = Latch()
+        var router = Self.gatedRouter(latch)
+        let sinkRan = NIOLockedValueBox(false)
+        router.registerStreaming(profile: "sink") { request, _ in
+            sinkRan.withLockedValue { $0 = true }
+            for try await _ in request.body {}
+            return BLIPResponse()
+        }
+        try await Self.withPair(releasing: latch, serverRouter: router) { server, client in
+            let held = Task { try await client.sendRequest(BLIPRequest(profile: "gated", properties: ["N": "3"])) }
+            try await waitUntil { server.statistics.framesReceived >= 1 }
+            let closing = Task { await server.closeGracefully(drainTimeout: .seconds(60)) }
+            try await waitUntil { server.core.state.withLockedValue { !$0.drainWaiters.isEmpty } }
+
+            let (body, pieces) = AsyncStream.makeStream(of: ByteBuffer.self)
+            let upload = Task { try await client.sendRequest(BLIPRequest(profile: "sink"), body: body) }
+            pieces.yield(ByteBuffer(repeating: 1, count: 1000))
+            pieces.yield(ByteBuffer(repeating: 1, count: 1000))
+            try await waitUntil { server.statistics.bytesReceived >= 1000 }
+            pieces.yield(ByteBuffer(repeating: 2, count: 500))
+            pieces.finish()
+            let error = await #expect(throws: BLIPError.self) { try await upload.value }
+            #expect(error?.code == .busy)
+            #expect(server.statistics.requestsRefusedClosing == 1)
+            #expect(!sinkRan.withLockedValue { $0 })
+
+            latch.open()
+            #expect(try await String(buffer: held.value.body) == "done 3")
+            #expect(await closing.value.code == .goingAway)
+        }
+    }
+
+    @Test("a whole request that began arriving before the close is handled, though it completes after")
+    func wholeRequestBegunBeforeIsHandled() async throws {
+        try await Self.withPair(serverRouter: standardRouter()) { server, client in
+            let (body, pieces) = AsyncStream.makeStream(of: ByteBuffer.self)
+            let upload = Task { try await client.sendRequest(BLIPRequest(profile: "echo"), body: body) }
+            pieces.yield(ByteBuffer(repeating: 1, count: 1000))
+            pieces.yield(ByteBuffer(repeating: 1, count: 1000))
+            try await waitUntil { server.statistics.bytesReceived >= 1000 }
+
+            let closing = Task { await server.closeGracefully(drainTimeout: .seconds(60)) }
+            try await waitUntil { server.core.state.withLockedValue { !$0.drainWaiters.isEmpty } }
+            pieces.yield(ByteBuffer(repeating: 2, count: 500))
+            pieces.finish()
+            #expect(try await upload.value.body.readableBytes == 2500)
+            #expect(server.statistics.requestsRefusedClosing == 0)
+            #expect(await closing.value.code == .goingAway)
+        }
+    }
+
     @Test("an unanswered request from incomingRequests holds the close until it is answered")
     func unhandledRequestIsWaitedFor() async throws {
         var configuration = BLIPConnection.Configuration()

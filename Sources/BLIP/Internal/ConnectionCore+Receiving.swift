@@ -95,6 +95,7 @@ extension ConnectionCore {
                     body: assembly.body,
                     route: route,
                     charge: assembly.charge,
+                    beganWhileClosing: assembly.beganWhileClosing,
                     &state,
                     effects: &effects
                 )
@@ -174,6 +175,7 @@ extension ConnectionCore {
         var shell = message
         shell.body = ByteBuffer()  // the body has one owner, so that appending never copies it
         var assembly = Assembly(message: shell, body: message.body, charge: Self.charge(of: message))
+        assembly.beganWhileClosing = state.isDraining
         state.assembling += assembly.charge
         guard self.charge(assembly.charge, &state, effects: &effects) else { return nil }
         self.consumeOrWithhold(message.id, &assembly, bytes: message.body.readableBytes, &state, effects: &effects)
@@ -184,7 +186,9 @@ extension ConnectionCore {
 
     private func requestStarted(_ message: BLIPIncomingMessage, _ state: inout State, effects: inout Effects) {
         let route = self.router.route(for: message.properties)
-        if case .streaming(let handler) = route {
+        // During a graceful close a streamed request is not started: it is read like a whole one (within the
+        // same limits) and refused once complete, below.
+        if case .streaming(let handler) = route, !(message.expectsReply && state.isDraining) {
             let request = BLIPStreamedRequest(
                 properties: message.properties,
                 isUrgent: message.flags.contains(.urgent),
@@ -215,7 +219,15 @@ extension ConnectionCore {
             }
             let charge = Self.charge(of: message)
             guard self.charge(charge, &state, effects: &effects) else { return }
-            self.requestComplete(message, body: message.body, route: route, charge: charge, &state, effects: &effects)
+            self.requestComplete(
+                message,
+                body: message.body,
+                route: route,
+                charge: charge,
+                beganWhileClosing: state.isDraining,
+                &state,
+                effects: &effects
+            )
         } else if let assembly = self.startAssembly(message, &state, effects: &effects) {
             state.inbound[message.id] = .request(assembly, route: route)
         }
@@ -233,6 +245,7 @@ extension ConnectionCore {
         body: ByteBuffer,
         route: BLIPRouter.Route?,
         charge: Int,
+        beganWhileClosing: Bool,
         _ state: inout State,
         effects: inout Effects
     ) {
@@ -252,12 +265,8 @@ extension ConnectionCore {
         }
         // Requests that would be held (for a handler, or in the incoming-request buffer); a 404 is not.
         let isHeld = route != nil || self.configuration.unhandledRequests == .deliver
-        if message.expectsReply && isHeld && state.isDraining {
-            // Closing gracefully: what is in flight finishes, nothing new starts.
-            self.release(charge, &state, effects: &effects)
-            state.statistics.requestsRefusedClosing += 1
-            let error = BLIPError(code: .busy, message: "the connection is closing")
-            self.enqueueReply(error, to: message.id.number, &state, effects: &effects)
+        if message.expectsReply && isHeld && beganWhileClosing {
+            self.refuseWhileClosing(message, charge: charge, &state, effects: &effects)
             return
         }
         if message.expectsReply && isHeld && self.mustRefuseRequests(state) {
@@ -295,10 +304,24 @@ extension ConnectionCore {
             )
             self.dispatchSynchronous(work, &state, effects: &effects)
         case .streaming:
-            preconditionFailure("streaming requests are dispatched when they start")
+            preconditionFailure("streaming requests are dispatched when they start, or refused while closing")
         case nil:
             self.unhandled(request, message, charge: charge, &state, effects: &effects)
         }
+    }
+
+    /// A request that began arriving during a graceful close: what is in flight finishes, nothing new
+    /// starts. ERR BLIP/503.
+    private func refuseWhileClosing(
+        _ message: BLIPIncomingMessage,
+        charge: Int,
+        _ state: inout State,
+        effects: inout Effects
+    ) {
+        self.release(charge, &state, effects: &effects)
+        state.statistics.requestsRefusedClosing += 1
+        let error = BLIPError(code: .busy, message: "the connection is closing")
+        self.enqueueReply(error, to: message.id.number, &state, effects: &effects)
     }
 
     private func unhandled(

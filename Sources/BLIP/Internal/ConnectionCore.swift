@@ -74,6 +74,9 @@ final class ConnectionCore: Sendable {
         var charge: Int
         /// Body bytes not yet reported consumed: their ACKs wait while the budget is exceeded.
         var withheld = 0
+        /// It began arriving during a graceful close (a request is then refused once complete; one that
+        /// began before is in flight, and handled).
+        var beganWhileClosing = false
     }
 
     /// An incoming message between its first and last frame.
