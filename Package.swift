@@ -26,6 +26,7 @@ let x509: Target.Dependency = .product(name: "X509", package: "swift-certificate
 let asn1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-asn1")
 let serviceLifecycle: Target.Dependency = .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
 let unixSignals: Target.Dependency = .product(name: "UnixSignals", package: "swift-service-lifecycle")
+let tracing: Target.Dependency = .product(name: "Tracing", package: "swift-distributed-tracing")
 
 let package = Package(
     name: "swift-blip",
@@ -50,6 +51,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.0"),
         // documentation only: `swift package generate-documentation` (.ci/docs.sh)
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // test-only
@@ -78,7 +80,7 @@ let package = Package(
         ),
         .target(
             name: "BLIP",
-            dependencies: ["BLIPEngine", "BLIPWire", nioCore, nioLocks, deque, logging, metrics],
+            dependencies: ["BLIPEngine", "BLIPWire", nioCore, nioLocks, deque, logging, metrics, tracing],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -116,7 +118,10 @@ let package = Package(
         ),
         .testTarget(
             name: "BLIPTests",
-            dependencies: ["BLIP", "BLIPEngine", "BLIPWire", nioCore, nioLocks, logging],
+            dependencies: [
+                "BLIP", "BLIPEngine", "BLIPWire", nioCore, nioLocks, logging, tracing,
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -61,6 +61,9 @@ extension BLIPConnection {
         public var sendsHandlerErrorMessages = false
         /// Whether message bodies may appear in debug logs. Off by default: they may hold documents.
         public var logsMessageBodies = false
+        /// Spans for requests sent and handled, and the trace context between peers
+        /// (``TracingConfiguration``). Off by default.
+        public var tracing = TracingConfiguration()
 
         public init() {}
 

@@ -1,4 +1,58 @@
+internal import NIOCore
+
 extension BLIPConnection {
+    // The sends, within `timeout` or the configured ``Configuration/requestTimeout`` when there is one.
+    // Without one the send is called directly: no closure to allocate per request.
+
+    func timedSendRequest(
+        _ request: BLIPRequest,
+        timeout: Duration?,
+        progress: ProgressReporter?
+    ) async throws -> BLIPResponse {
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendRequest(request, progress: progress)
+        }
+        return try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendRequest(request, progress: progress)
+        }
+    }
+
+    func timedSendRequest<Body: AsyncSequence & Sendable>(
+        _ request: BLIPRequest,
+        body: Body,
+        timeout: Duration?,
+        progress: ProgressReporter?
+    ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendRequest(request, body: body, progress: progress)
+        }
+        return try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendRequest(request, body: body, progress: progress)
+        }
+    }
+
+    func timedSendRequestStreamingReply(
+        _ request: BLIPRequest,
+        timeout: Duration?,
+        progress: ProgressReporter?
+    ) async throws -> BLIPStreamedResponse {
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendRequestStreamingReply(request, progress: progress)
+        }
+        return try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendRequestStreamingReply(request, progress: progress)
+        }
+    }
+
+    func timedSendNoReply(_ request: BLIPRequest, timeout: Duration?, progress: ProgressReporter?) async throws {
+        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
+            return try await self.core.sendNoReply(request, progress: progress)
+        }
+        try await Self.withTimeout(timeout, of: request) {
+            try await self.core.sendNoReply(request, progress: progress)
+        }
+    }
+
     /// Runs `operation` (a send) in a child task and cancels it once `timeout` has passed, which applies
     /// the send's cancellation rules; then throws ``BLIPConnectionError/Code/timedOut``. Whichever ends
     /// first wins: a reply that comes as the time runs out is either returned or dropped, never both.

@@ -121,11 +121,11 @@ public struct BLIPConnection: Sendable, Hashable {
         progress: BLIPProgressHandler? = nil
     ) async throws -> BLIPResponse {
         let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
-        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendRequest(request, progress: reporter)
+        guard let tracer = self.core.requestTracer else {
+            return try await self.timedSendRequest(request, timeout: timeout, progress: reporter)
         }
-        return try await Self.withTimeout(timeout, of: request) {
-            try await self.core.sendRequest(request, progress: reporter)
+        return try await tracer.traceSent(request, facts: .sent(request), replySize: \.tracedSize) { request in
+            try await self.timedSendRequest(request, timeout: timeout, progress: reporter)
         }
     }
 
@@ -145,11 +145,14 @@ public struct BLIPConnection: Sendable, Hashable {
         progress: BLIPProgressHandler? = nil
     ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
         let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
-        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendRequest(request, body: body, progress: reporter)
+        guard let tracer = self.core.requestTracer else {
+            return try await self.timedSendRequest(request, body: body, timeout: timeout, progress: reporter)
         }
-        return try await Self.withTimeout(timeout, of: request) {
-            try await self.core.sendRequest(request, body: body, progress: reporter)
+        var facts = RequestTracer.RequestFacts.sent(request)
+        facts.size = nil
+        let sent = ByteCounter()
+        return try await tracer.traceSent(request, facts: facts, replySize: \.tracedSize, sentBytes: sent) { request in
+            try await self.timedSendRequest(request, body: sent.counting(body), timeout: timeout, progress: reporter)
         }
     }
 
@@ -167,11 +170,11 @@ public struct BLIPConnection: Sendable, Hashable {
         progress: BLIPProgressHandler? = nil
     ) async throws -> BLIPStreamedResponse {
         let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
-        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendRequestStreamingReply(request, progress: reporter)
+        guard let tracer = self.core.requestTracer else {
+            return try await self.timedSendRequestStreamingReply(request, timeout: timeout, progress: reporter)
         }
-        return try await Self.withTimeout(timeout, of: request) {
-            try await self.core.sendRequestStreamingReply(request, progress: reporter)
+        return try await tracer.traceSent(request, facts: .sent(request)) { request in
+            try await self.timedSendRequestStreamingReply(request, timeout: timeout, progress: reporter)
         }
     }
 
@@ -188,11 +191,13 @@ public struct BLIPConnection: Sendable, Hashable {
         progress: BLIPProgressHandler? = nil
     ) async throws {
         let reporter = progress.map { ProgressReporter(expectsReply: false, $0) }
-        guard let timeout = timeout ?? self.core.configuration.requestTimeout else {
-            return try await self.core.sendNoReply(request, progress: reporter)
+        guard let tracer = self.core.requestTracer else {
+            return try await self.timedSendNoReply(request, timeout: timeout, progress: reporter)
         }
-        try await Self.withTimeout(timeout, of: request) {
-            try await self.core.sendNoReply(request, progress: reporter)
+        var facts = RequestTracer.RequestFacts.sent(request)
+        facts.expectsReply = false
+        try await tracer.traceSent(request, facts: facts) { request in
+            try await self.timedSendNoReply(request, timeout: timeout, progress: reporter)
         }
     }
 

@@ -71,6 +71,8 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
+    @Flag(help: "in-memory: trace every request on both sides with the bootstrapped tracer (a no-op one).")
+    var tracing = false
     @OptionGroup var reach: ClientReachOptions
     @Flag(
         name: .customLong("warm-up"),

@@ -3,6 +3,7 @@ internal import DequeModule
 internal import Logging
 internal import NIOConcurrencyHelpers
 internal import NIOCore
+internal import Tracing
 
 extension ConnectionCore {
     /// Starts a handler for a request, or queues it (in arrival order) while every handler slot is busy.
@@ -46,8 +47,19 @@ extension ConnectionCore {
     /// Runs a synchronous handler where its request arrived (no lock held), sends its reply, and hands its
     /// slot to whatever waits for one (in a task).
     func handleImmediately(_ work: ImmediateWork) {
-        let result = self.run(number: work.number, expectsReply: work.expectsReply) {
-            try work.handler(work.request, $0)
+        let result: Result<BLIPResponse, BLIPError>
+        if let tracer = self.requestTracer {
+            let span = tracer.startHandling(
+                .handled(work.request, number: work.number, expectsReply: work.expectsReply)
+            )
+            result = ServiceContext.$current.withValue(span.context) {
+                self.run(number: work.number, expectsReply: work.expectsReply) { try work.handler(work.request, $0) }
+            }
+            tracer.endHandling(span, expectsReply: work.expectsReply, result: result)
+        } else {
+            result = self.run(number: work.number, expectsReply: work.expectsReply) {
+                try work.handler(work.request, $0)
+            }
         }
         if work.expectsReply { self.respond(to: work.number, with: result) }
         if let next = self.handlerFinished(charge: work.charge) {
@@ -83,6 +95,7 @@ extension ConnectionCore {
 
     /// Runs a handler and sends what it returns.
     func handle(_ work: Work) async {
+        if let tracer = self.requestTracer { return await self.handle(work, tracing: tracer) }
         let result: Result<BLIPResponse, BLIPError>
         let number: UInt64
         let expectsReply: Bool
@@ -97,6 +110,25 @@ extension ConnectionCore {
             result = await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) }
         }
         if expectsReply { self.respond(to: number, with: result) }
+    }
+
+    /// ``handle(_:)`` in the request's span, which is the handler's `ServiceContext.current`. Apart, so that
+    /// an untraced handler's task keeps its shallow frames (a deeper chain costs each task a malloc).
+    private func handle(_ work: Work, tracing tracer: RequestTracer) async {
+        let facts: RequestTracer.RequestFacts
+        let handle: () async -> Result<BLIPResponse, BLIPError>
+        switch work {
+        case .handle(let request, let number, let expectsReply, _, let handler):
+            facts = .handled(request, number: number, expectsReply: expectsReply)
+            handle = { await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) } }
+        case .handleStreaming(let request, let number, let expectsReply, let handler):
+            facts = .handled(request, number: number, expectsReply: expectsReply)
+            handle = { await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) } }
+        }
+        let span = tracer.startHandling(facts)
+        let result = await ServiceContext.$current.withValue(span.context) { await handle() }
+        tracer.endHandling(span, expectsReply: facts.expectsReply, result: result)
+        if facts.expectsReply, let number = facts.number { self.respond(to: number, with: result) }
     }
 
     private func run(

@@ -23,6 +23,8 @@ final class ConnectionCore: Sendable {
     /// What the application attached to the connection when it was accepted (the authenticated user).
     let identity: (any Sendable)?
     let metrics: ConnectionMetrics
+    /// Spans for requests, when tracing is on.
+    let requestTracer: RequestTracer?
     /// Whether frame-level trace logging is on (checked once: the hot path should not ask per frame).
     let tracesFrames: Bool
     let state: NIOLockedValueBox<State>
@@ -202,6 +204,7 @@ final class ConnectionCore: Sendable {
         self.logger = logger
         self.tracesFrames = logger.logLevel <= .trace
         self.metrics = ConnectionMetrics(dialect: transport.dialect)
+        self.requestTracer = RequestTracer(configuration.tracing)
         let engine = BLIPConnectionEngine(configuration: configuration.engineConfiguration(dialect: transport.dialect))
         self.state = NIOLockedValueBox(State(engine: engine))
         (self.work, self.workContinuation) = AsyncStream.makeStream(of: Job.self)
