@@ -13,7 +13,7 @@ extension BenchRunner {
         var router = BLIPRouter()
         router.register(StandardProfiles())
         var configuration = BLIPConnection.Configuration()
-        if self.options.tracing { configuration.tracing = .init(propagatesTraceContext: true) }
+        if self.options.tracing { configuration.tracing = .enabled(propagatesTraceContext: true) }
         let server = BLIPConnection(transport: serverTransport, configuration: configuration, router: router)
         async let serverRun = server.run()
         let request = BLIPRequest(profile: "echo", body: BenchmarkData.pattern(size))

@@ -30,10 +30,14 @@ struct TracingTests {
         func release() { self.released.store(true, ordering: .releasing) }
     }
 
-    static func router(gate: Gate = Gate()) -> BLIPRouter {
+    static func router(gate: Gate = Gate(), cancelGate: Gate = Gate()) -> BLIPRouter {
         var router = standardRouter()
         router.register(profile: "wait") { _, _ in
             try await gate.enter()
+            return BLIPResponse(text: "late")
+        }
+        router.register(profile: "waitToCancel") { _, _ in
+            try await cancelGate.enter()
             return BLIPResponse(text: "late")
         }
         router.register(profile: "fail") { _, _ in
@@ -63,7 +67,7 @@ struct TracingTests {
 
     static func tracing(_ tracer: some Tracer, propagates: Bool = true) -> BLIPConnection.Configuration {
         var configuration = BLIPConnection.Configuration()
-        configuration.tracing = .init(tracer: tracer, propagatesTraceContext: propagates)
+        configuration.tracing = .enabled(tracer: tracer, propagatesTraceContext: propagates)
         return configuration
     }
 
@@ -109,7 +113,11 @@ struct TracingTests {
     func outcomes() async throws {
         let tracer = InMemoryTracer()
         let gate = Gate()
-        let peers = InMemoryPeers(router: Self.router(gate: gate), serverConfiguration: Self.tracing(tracer))
+        let cancelGate = Gate()
+        let peers = InMemoryPeers(
+            router: Self.router(gate: gate, cancelGate: cancelGate),
+            serverConfiguration: Self.tracing(tracer)
+        )
         try await peers.run(clientConfiguration: Self.tracing(tracer)) { connection in
             await #expect(throws: BLIPError.self) {
                 try await connection.sendRequest(BLIPRequest(profile: "error", properties: ["Want-Error-Code": "409"]))
@@ -119,11 +127,17 @@ struct TracingTests {
             await #expect(throws: BLIPConnectionError.self) {
                 try await connection.sendRequest(BLIPRequest(profile: "wait", text: "t"), timeout: .milliseconds(50))
             }
-            let cancelled = Task { try await connection.sendRequest(BLIPRequest(profile: "wait", text: "c")) }
-            try await Task.sleep(for: .milliseconds(20))
+            let cancelled = Task { try await connection.sendRequest(BLIPRequest(profile: "waitToCancel")) }
+            try await cancelGate.waitUntilEntered()
             cancelled.cancel()
             await #expect(throws: CancellationError.self) { try await cancelled.value }
             gate.release()
+            cancelGate.release()
+            // The cancelled request's handler still answers (BLIP cannot cancel the peer's work); wait for
+            // it before the session's end would cancel it.
+            for _ in 0..<2_000 where Self.span(tracer, "waitToCancel", .server) == nil {
+                try await Task.sleep(for: .milliseconds(5))
+            }
             // The server's sink span ends before its handler's slot frees; a round trip orders it.
             _ = try await connection.sendRequest(BLIPRequest(profile: "echo"))
         }
@@ -152,27 +166,24 @@ struct TracingTests {
         #expect(handledNoReply.attributes["blip.outcome"]?.toSpanAttribute() == .string("handled"))
         #expect(handledNoReply.attributes["blip.request.size"]?.toSpanAttribute() == .int64(5))
 
-        let waits = tracer.finishedSpans.filter { $0.operationName == "wait" && $0.kind == .client }
-        let outcomes = waits.compactMap { $0.attributes["blip.outcome"]?.toSpanAttribute() }
-        #expect(outcomes.count == 2)
-        #expect(outcomes.contains(.string("timedOut")))
-        #expect(outcomes.contains(.string("cancelled")))
-        for span in waits {
-            let timedOut = span.attributes["blip.outcome"]?.toSpanAttribute() == .string("timedOut")
-            // A timeout is a failure of the request; a cancellation is the caller's choice.
-            #expect((span.status?.code == .error) == timedOut)
-        }
-        // Both waiting handlers answered once released; their late replies were dropped.
-        for _ in 0..<2_000 where tracer.activeSpans.count > 0 { try await Task.sleep(for: .milliseconds(5)) }
+        // A timeout is a failure of the request; a cancellation is the caller's choice.
+        let timedOut = try #require(Self.span(tracer, "wait", .client))
+        #expect(timedOut.attributes["blip.outcome"]?.toSpanAttribute() == .string("timedOut"))
+        #expect(timedOut.status?.code == .error)
+        let cancelled = try #require(Self.span(tracer, "waitToCancel", .client))
+        #expect(cancelled.attributes["blip.outcome"]?.toSpanAttribute() == .string("cancelled"))
+        #expect(cancelled.status == nil)
+        // Every span ended: the session's end cancelled a timed-out request's handler still waiting.
         #expect(tracer.activeSpans.isEmpty)
-        #expect(tracer.finishedSpans.filter { $0.operationName == "wait" && $0.kind == .server }.count == 2)
+        let handled = try #require(Self.span(tracer, "waitToCancel", .server))
+        #expect(handled.attributes["blip.outcome"]?.toSpanAttribute() == .string("reply"))
     }
 
     @Test("a request cut off by the connection's close ends its span with the close")
     func connectionClosed() async throws {
         let tracer = InMemoryTracer()
         let gate = Gate()
-        let peers = InMemoryPeers(router: Self.router(gate: gate))
+        let peers = InMemoryPeers(router: Self.router(gate: gate), serverConfiguration: Self.tracing(tracer))
         // The session ends with the server's close, so it throws that close.
         do {
             try await peers.run(clientConfiguration: Self.tracing(tracer)) { connection in
@@ -181,15 +192,20 @@ struct TracingTests {
                 _ = await peers.serverConnection.close(code: .goingAway)
                 let error = await #expect(throws: BLIPConnectionError.self) { try await reply.value }
                 #expect(error?.code == .connectionClosed)
-                gate.release()
             }
             Issue.record("the session did not end with the server's close")
         } catch {
             #expect((error as? BLIPConnectionError)?.code == .connectionClosed)
         }
+        // Released only now: the server's run() returned, so its close must have cancelled the handler.
+        gate.release()
         let span = try #require(Self.span(tracer, "wait", .client))
         #expect(span.attributes["blip.outcome"]?.toSpanAttribute() == .string("connectionClosed"))
         #expect(span.status?.code == .error)
+        // The server's handler was cancelled by its connection's close: that is its outcome, not BLIP/501.
+        let handler = try #require(Self.span(tracer, "wait", .server))
+        #expect(handler.attributes["blip.outcome"]?.toSpanAttribute() == .string("cancelled"))
+        #expect(handler.attributes["blip.error.code"] == nil)
         #expect(tracer.activeSpans.isEmpty)
     }
 

@@ -49,13 +49,7 @@ extension ConnectionCore {
     func handleImmediately(_ work: ImmediateWork) {
         let result: Result<BLIPResponse, BLIPError>
         if let tracer = self.requestTracer {
-            let span = tracer.startHandling(
-                .handled(work.request, number: work.number, expectsReply: work.expectsReply)
-            )
-            result = ServiceContext.$current.withValue(span.context) {
-                self.run(number: work.number, expectsReply: work.expectsReply) { try work.handler(work.request, $0) }
-            }
-            tracer.endHandling(span, expectsReply: work.expectsReply, result: result)
+            result = self.runImmediately(work, tracing: tracer)
         } else {
             result = self.run(number: work.number, expectsReply: work.expectsReply) {
                 try work.handler(work.request, $0)
@@ -116,19 +110,45 @@ extension ConnectionCore {
     /// an untraced handler's task keeps its shallow frames (a deeper chain costs each task a malloc).
     private func handle(_ work: Work, tracing tracer: RequestTracer) async {
         let facts: RequestTracer.RequestFacts
-        let handle: () async -> Result<BLIPResponse, BLIPError>
+        let number: UInt64
+        let handle: (BLIPRequestContext) async throws -> BLIPResponse
         switch work {
-        case .handle(let request, let number, let expectsReply, _, let handler):
+        case .handle(let request, let requestNumber, let expectsReply, _, let handler):
+            number = requestNumber
             facts = .handled(request, number: number, expectsReply: expectsReply)
-            handle = { await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) } }
-        case .handleStreaming(let request, let number, let expectsReply, let handler):
+            handle = { try await handler(request, $0) }
+        case .handleStreaming(let request, let requestNumber, let expectsReply, let handler):
+            number = requestNumber
             facts = .handled(request, number: number, expectsReply: expectsReply)
-            handle = { await self.run(number: number, expectsReply: expectsReply) { try await handler(request, $0) } }
+            handle = { try await handler(request, $0) }
         }
         let span = tracer.startHandling(facts)
-        let result = await ServiceContext.$current.withValue(span.context) { await handle() }
-        tracer.endHandling(span, expectsReply: facts.expectsReply, result: result)
-        if facts.expectsReply, let number = facts.number { self.respond(to: number, with: result) }
+        let context = self.handlerContext(number: number, expectsReply: facts.expectsReply)
+        let result: Result<BLIPResponse, BLIPError>
+        do {
+            result = .success(try await ServiceContext.$current.withValue(span.context) { try await handle(context) })
+            tracer.endHandling(span, expectsReply: facts.expectsReply, result: result, thrown: nil)
+        } catch {
+            result = .failure(self.errorReply(for: error, logger: context.logger))
+            tracer.endHandling(span, expectsReply: facts.expectsReply, result: result, thrown: error)
+        }
+        if facts.expectsReply { self.respond(to: number, with: result) }
+    }
+
+    /// ``handleImmediately(_:)``'s handler in the request's span.
+    private func runImmediately(_ work: ImmediateWork, tracing tracer: RequestTracer) -> Result<BLIPResponse, BLIPError>
+    {
+        let span = tracer.startHandling(.handled(work.request, number: work.number, expectsReply: work.expectsReply))
+        let context = self.handlerContext(number: work.number, expectsReply: work.expectsReply)
+        do {
+            let reply = try ServiceContext.$current.withValue(span.context) { try work.handler(work.request, context) }
+            tracer.endHandling(span, expectsReply: work.expectsReply, result: .success(reply), thrown: nil)
+            return .success(reply)
+        } catch {
+            let reply = self.errorReply(for: error, logger: context.logger)
+            tracer.endHandling(span, expectsReply: work.expectsReply, result: .failure(reply), thrown: error)
+            return .failure(reply)
+        }
     }
 
     private func run(

@@ -8,6 +8,7 @@ struct RequestTracer: Sendable {
     let tracer: any Tracer
     let propagatesTraceContext: Bool
 
+    /// Made when the connection is created: a nil tracer is the one `InstrumentationSystem` has then.
     init?(_ configuration: BLIPConnection.TracingConfiguration) {
         guard configuration.isEnabled else { return nil }
         self.tracer = configuration.tracer ?? InstrumentationSystem.tracer
@@ -73,8 +74,14 @@ struct RequestTracer: Sendable {
         return span
     }
 
-    /// Ends a handled request's span with what its handler returned.
-    func endHandling(_ span: any Span, expectsReply: Bool, result: Result<BLIPResponse, BLIPError>) {
+    /// Ends a handled request's span with what its handler returned, or the ERR reply made of what it
+    /// threw; a handler that gave up because the connection closed or its task was cancelled ends with that.
+    func endHandling(
+        _ span: any Span,
+        expectsReply: Bool,
+        result: Result<BLIPResponse, BLIPError>,
+        thrown: (any Error)?
+    ) {
         defer { span.end() }
         guard span.isRecording else { return }
         switch result {
@@ -82,7 +89,11 @@ struct RequestTracer: Sendable {
             span.attributes["blip.outcome"] = expectsReply ? "reply" : "handled"
             if expectsReply, let size = reply.tracedSize { span.attributes["blip.reply.size"] = size }
         case .failure(let error):
-            Self.record(error, on: span)
+            if let thrown, thrown is CancellationError || thrown is BLIPConnectionError {
+                Self.record(thrown, on: span)
+            } else {
+                Self.record(error, on: span)
+            }
         }
     }
 
