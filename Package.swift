@@ -27,6 +27,11 @@ let asn1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-asn1")
 let serviceLifecycle: Target.Dependency = .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
 let unixSignals: Target.Dependency = .product(name: "UnixSignals", package: "swift-service-lifecycle")
 let tracing: Target.Dependency = .product(name: "Tracing", package: "swift-distributed-tracing")
+let hummingbird: Target.Dependency = .product(name: "Hummingbird", package: "hummingbird")
+let hummingbirdCore: Target.Dependency = .product(name: "HummingbirdCore", package: "hummingbird")
+let httpTypes: Target.Dependency = .product(name: "HTTPTypes", package: "swift-http-types")
+let nioHTTPTypes: Target.Dependency = .product(name: "NIOHTTPTypes", package: "swift-nio-extras")
+let nioHTTPTypesHTTP1: Target.Dependency = .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras")
 
 let package = Package(
     name: "swift-blip",
@@ -37,6 +42,8 @@ let package = Package(
         .library(name: "BLIPPeerHarness", targets: ["BLIPPeerHarness"]),
         .library(name: "BLIP", targets: ["BLIP"]),
         .library(name: "BLIPWebSocket", targets: ["BLIPWebSocket"]),
+        // A separate product: only those who mount BLIP on Hummingbird build Hummingbird.
+        .library(name: "BLIPHummingbird", targets: ["BLIPHummingbird"]),
         .executable(name: "blip", targets: ["BLIPTool"]),
     ],
     dependencies: [
@@ -52,6 +59,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.6.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.0"),
+        // BLIPHummingbird only; its default traits (swift-configuration, full Foundation) are not needed.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.0", traits: []),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
         // documentation only: `swift package generate-documentation` (.ci/docs.sh)
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // test-only
@@ -88,6 +98,14 @@ let package = Package(
             dependencies: [
                 "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, nioSOCKS,
                 crypto, x509, asn1, logging, deque, serviceLifecycle,
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "BLIPHummingbird",
+            dependencies: [
+                "BLIPWebSocket", "BLIP", nioCore, nioHTTP1, nioWebSocket, nioHTTPTypes, nioHTTPTypesHTTP1, httpTypes,
+                hummingbird, hummingbirdCore, logging, serviceLifecycle,
             ],
             swiftSettings: swiftSettings
         ),
@@ -130,6 +148,14 @@ let package = Package(
                 "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto,
                 logging, serviceLifecycle, .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BLIPHummingbirdTests",
+            dependencies: [
+                "BLIPHummingbird", "BLIPWebSocket", "BLIP", nioCore, nioPosix, nioHTTP1, httpTypes, hummingbird,
+                hummingbirdCore, logging, serviceLifecycle,
             ],
             swiftSettings: swiftSettings
         ),

@@ -181,13 +181,12 @@ public final class BLIPWebSocketServer: Sendable {
         let policy = UpgradePolicy(configuration: configuration)
         let captureCounter = CaptureCounter()
         let rawChannels = RawChannels()
-        let settings = BLIPWebSocketHandler.Settings(
-            role: .server,
+        let settings = UpgradedServerChannel.Settings(
             heartbeatInterval: configuration.heartbeatInterval,
             heartbeatTimeout: configuration.heartbeatTimeout,
             closeTimeout: configuration.closeTimeout,
-            frameSize: configuration.connection.frameSize,
             maximumMessageSize: configuration.maximumMessageSize,
+            frameSize: configuration.connection.frameSize,
             logger: logger
         )
         let channel = try await ServerBootstrap(group: eventLoopGroup)
@@ -353,7 +352,7 @@ public final class BLIPWebSocketServer: Sendable {
         policy: UpgradePolicy,
         upgradeHandler: UpgradeHandler?,
         tlsContext: NIOSSLContext?,
-        settings: BLIPWebSocketHandler.Settings,
+        settings: UpgradedServerChannel.Settings,
         router: BLIPRouter,
         configuration: Configuration,
         captureCounter: CaptureCounter,
@@ -380,7 +379,7 @@ public final class BLIPWebSocketServer: Sendable {
                         throw BLIPConnectionError(.handshakeFailed, "upgrade no longer acceptable")
                     }
                     if case .raw = verdict {
-                        let handler = BLIPWebSocketHandler(settings: settings)
+                        let handler = BLIPWebSocketHandler(settings: settings.handlerSettings)
                         try channel.pipeline.syncOperations.addHandler(handler)
                         handler.start(RawEndpoint(mode: configuration.rawEndpointMode))
                         rawChannels.add(channel, isRaw: true)
@@ -393,26 +392,19 @@ public final class BLIPWebSocketServer: Sendable {
                     let capture = try configuration.captureDirectory.map {
                         try BLIPFrameCapture.forNewConnection(under: $0, dialect: dialect, counter: captureCounter)
                     }
-                    let handler = BLIPWebSocketHandler(settings: settings, capture: capture)
-                    try channel.pipeline.syncOperations.addHandler(handler)
-                    let transport = BLIPWebSocketTransport(
+                    let connection = try UpgradedServerChannel.makeConnection(
+                        on: channel,
                         dialect: dialect,
                         subprotocol: subprotocol,
-                        handler: handler,
-                        channel: channel,
-                        upgradeRequest: request
+                        upgradeRequest: request,
+                        identity: identity,
+                        router: router,
+                        configuration: configuration.connection,
+                        settings: settings,
+                        capture: capture
                     )
                     rawChannels.add(channel, isRaw: false)
                     channel.pipeline.syncOperations.removeHandler(name: HandshakeTimeoutHandler.name, promise: nil)
-                    var logger = settings.logger
-                    logger[metadataKey: "blip.remote"] = "\(channel.remoteAddress.map { "\($0)" } ?? "?")"
-                    let connection = BLIPConnection(
-                        transport: transport,
-                        configuration: configuration.connection,
-                        router: router,
-                        logger: logger,
-                        identity: identity
-                    )
                     let offered = accepted.yield(
                         AcceptedConnection(
                             connection: connection,

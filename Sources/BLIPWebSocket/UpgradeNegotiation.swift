@@ -184,7 +184,7 @@ final class UpgradeNegotiation {
     }
 
     /// The client's certificates when TLS verified them (its whole chain), else its leaf certificate.
-    private static func peerCertificateChain(_ channel: any Channel) -> [[UInt8]] {
+    static func peerCertificateChain(_ channel: any Channel) -> [[UInt8]] {
         guard let tls = try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self) else {
             return []
         }

@@ -1,0 +1,26 @@
+public import BLIP
+internal import BLIPWebSocket
+public import NIOCore
+
+/// How a BLIP endpoint mounted on a Hummingbird router negotiates and runs its connections: the same
+/// settings, with the same defaults, as `BLIPWebSocketServer.Configuration` has for the standalone server.
+public struct BLIPEndpointConfiguration: Sendable {
+    /// Subprotocols spoken. The first of the client's offers that is spoken wins (the client's preference,
+    /// as in go-blip); a client offering none of them gets HTTP 500 naming them, as from go-blip.
+    public var subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2", BLIPSubprotocol.blip2]
+    /// Clients that offer no subprotocol speak the seed dialect (otherwise they are refused).
+    public var acceptsSeedDialect = false
+    public var heartbeatInterval: TimeAmount? = .seconds(300)
+    public var heartbeatTimeout = TimeAmount.seconds(30)
+    /// After sending a close frame, how long to wait for the peer's before closing the TCP connection.
+    public var closeTimeout = TimeAmount.seconds(2)
+    /// The largest WebSocket message accepted (fragments reassembled); a single frame is also bounded by
+    /// the server builder's `maximumFrameSize`.
+    public var maximumMessageSize = 1 << 20
+    /// How long each connection may finish what is in flight when the application shuts down gracefully,
+    /// before it is closed with 1001 anyway.
+    public var shutdownDrainTimeout = Duration.seconds(10)
+    public var connection = BLIPConnection.Configuration()
+
+    public init() {}
+}

@@ -1,0 +1,129 @@
+public import BLIP
+public import BLIPWebSocket
+internal import Foundation
+internal import HTTPTypes
+public import Hummingbird
+internal import Logging
+internal import NIOCore
+
+extension RouterMethods where Context: BLIPUpgradeRequestContext {
+    /// Mounts a BLIP endpoint on `path` (a Hummingbird path such as `/{db}/_blipsync`): WebSocket upgrades
+    /// that reach it through this router's middleware become BLIP connections served by `router`.
+    ///
+    /// The subprotocol is negotiated as by the standalone server: the client's first offer among
+    /// ``BLIPEndpointConfiguration/subprotocols`` wins, and a client offering none of them gets HTTP 500
+    /// naming them. Then `shouldUpgrade` decides, with the request and its context as the middleware left
+    /// them: `.accept(identity:headers:)` makes its identity the connection's (what every BLIP handler sees
+    /// as `BLIPRequestContext.identity`), `.refuse` answers with its status. A middleware that throws an
+    /// `HTTPError` (a 401 from an authenticator) answers the client as on any Hummingbird route.
+    ///
+    /// Upgrades happen only on a server built with
+    /// ``HummingbirdCore/HTTPServerBuilder/http1BLIPUpgrade(blipRouter:configuration:)``; a request without
+    /// `Upgrade: websocket` gets 426.
+    @discardableResult
+    public func blip(
+        _ path: RouterPath,
+        router: BLIPRouter,
+        configuration: BLIPEndpointConfiguration = BLIPEndpointConfiguration(),
+        onConnection: (@Sendable (BLIPConnection) -> Void)? = nil,
+        shouldUpgrade: @escaping @Sendable (Request, Context) async throws -> BLIPUpgradeDecision = { _, _ in
+            .accept()
+        }
+    ) -> Self {
+        self.on(path, method: .get) { request, context -> Response in
+            guard Self.isWebSocketUpgrade(request) else {
+                return Response.text(
+                    status: .upgradeRequired,
+                    "this is a BLIP WebSocket endpoint\n",
+                    headers: [.secWebSocketVersion: "13"]
+                )
+            }
+            guard request.headers[values: .secWebSocketKey].count == 1 else {
+                // RFC 6455 4.2.1: a malformed handshake, not a request for another protocol.
+                return Response.text(
+                    status: .badRequest,
+                    "a WebSocket upgrade request needs one Sec-WebSocket-Key header\n"
+                )
+            }
+            let offered = BLIPSubprotocol.parseOffers(request.headers[values: .secWebSocketProtocol])
+            let subprotocol: String?
+            let dialect: BLIPDialect
+            if offered.isEmpty && configuration.acceptsSeedDialect {
+                (subprotocol, dialect) = (nil, .seed)
+            } else if let chosen = BLIPSubprotocol.choose(offered: offered, supported: configuration.subprotocols),
+                let chosenDialect = BLIPSubprotocol.dialect(for: chosen)
+            {
+                (subprotocol, dialect) = (chosen, chosenDialect)
+            } else {
+                // go-blip's refusal: HTTP 500 naming what it speaks.
+                let spoken = configuration.subprotocols.joined(separator: ", ")
+                return Response.text(status: .internalServerError, "I only speak \(spoken) protocols\n")
+            }
+            switch try await shouldUpgrade(request, context) {
+            case .accept(let identity, let extra):
+                if let problem = UpgradedServerChannel.problem(acceptHeaders: extra) {
+                    context.logger.error(
+                        "the upgrade decision's accept is invalid; answered 500",
+                        metadata: ["blip.problem": "\(problem)"]
+                    )
+                    return Response.text(status: .internalServerError, "internal server error\n")
+                }
+                context.blipUpgrade.value = AcceptedUpgrade(
+                    dialect: dialect,
+                    subprotocol: subprotocol,
+                    identity: identity,
+                    pathParameters: Self.pathParameters(context.parameters),
+                    router: router,
+                    configuration: configuration,
+                    onConnection: onConnection
+                )
+                return Response(status: .switchingProtocols, headers: HTTPFields(extra))
+            case .refuse(let status, let headers, let body):
+                if let problem = UpgradedServerChannel.problem(refusalStatus: status, headers: headers, body: body) {
+                    context.logger.error(
+                        "the upgrade decision's refusal is invalid; answered 500",
+                        metadata: ["blip.problem": "\(problem)"]
+                    )
+                    return Response.text(status: .internalServerError, "internal server error\n")
+                }
+                var fields = HTTPFields(headers)
+                if fields[.contentType] == nil { fields[.contentType] = "text/plain; charset=utf-8" }
+                return Response(
+                    status: HTTPResponse.Status(code: status),
+                    headers: fields,
+                    body: ResponseBody(byteBuffer: ByteBuffer(string: body))
+                )
+            }
+        }
+    }
+
+    private static func isWebSocketUpgrade(_ request: Request) -> Bool {
+        request.headers[values: .upgrade].contains { $0.lowercased().contains("websocket") }
+    }
+
+    /// Hummingbird's captures, percent-decoded as the standalone server's are.
+    private static func pathParameters(_ parameters: Parameters) -> [String: String] {
+        var decoded: [String: String] = [:]
+        for (name, value) in parameters {
+            decoded[String(name)] = String(value).removingPercentEncoding ?? String(value)
+        }
+        return decoded
+    }
+}
+
+extension Response {
+    static func text(status: HTTPResponse.Status, _ text: String, headers: HTTPFields = [:]) -> Response {
+        var fields = headers
+        fields[.contentType] = "text/plain; charset=utf-8"
+        return Response(status: status, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+    }
+}
+
+extension HTTPFields {
+    init(_ fields: BLIPHTTPFields) {
+        self.init()
+        for field in fields {
+            if let name = HTTPField.Name(field.name) { self.append(HTTPField(name: name, value: field.value)) }
+        }
+    }
+}
