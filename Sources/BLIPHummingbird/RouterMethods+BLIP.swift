@@ -19,16 +19,17 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
     ///
     /// Upgrades happen only on a server built with
     /// ``HummingbirdCore/HTTPServerBuilder/http1BLIPUpgrade(blipRouter:configuration:)``; a request without
-    /// `Upgrade: websocket` gets 426.
+    /// `Upgrade: websocket` gets 426. `onConnection` sees each connection before it runs (to send it
+    /// requests of the server's own, say).
     @discardableResult
     public func blip(
         _ path: RouterPath,
         router: BLIPRouter,
         configuration: BLIPEndpointConfiguration = BLIPEndpointConfiguration(),
-        onConnection: (@Sendable (BLIPConnection) -> Void)? = nil,
         shouldUpgrade: @escaping @Sendable (Request, Context) async throws -> BLIPUpgradeDecision = { _, _ in
             .accept()
-        }
+        },
+        onConnection: (@Sendable (BLIPConnection) -> Void)? = nil
     ) -> Self {
         self.on(path, method: .get) { request, context -> Response in
             guard Self.isWebSocketUpgrade(request) else {

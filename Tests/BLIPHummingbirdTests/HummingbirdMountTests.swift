@@ -20,9 +20,7 @@ struct HummingbirdMountTests {
         let router = Router(context: SyncContext.self)
         router.get("/health") { _, _ in "ok" }
         router.group().add(middleware: AliceOnly())
-            .blip("/:db/_blipsync", router: blip, configuration: configuration, onConnection: onConnection) {
-                _,
-                context in
+            .blip("/:db/_blipsync", router: blip, configuration: configuration) { _, context in
                 guard let database = context.parameters.get("db"), database != "forbidden" else {
                     return .forbidden("not your database")
                 }
@@ -30,6 +28,8 @@ struct HummingbirdMountTests {
                     identity: SyncUser(name: context.user ?? "?", database: database),
                     headers: ["X-Sync-User": context.user ?? "?"]
                 )
+            } onConnection: { connection in
+                onConnection?(connection)
             }
         return router
     }
