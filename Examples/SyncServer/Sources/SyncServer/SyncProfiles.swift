@@ -38,10 +38,13 @@ struct SyncProfiles {
             }
             return BLIPResponse(properties: ["rev": rev], body: body)
         }
-        // For `blip bench` against this server: the standard test server's echo and sink.
-        router.register(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
-        router.register(profile: "sink") { request, _ in
-            BLIPResponse(properties: ["Count": "\(request.body.readableBytes)"])
+        // For `blip bench` against this server, shaped as the standard test server's: echo needs no
+        // `await`, so it runs where its request completes (no task); sink reads its body as it streams in.
+        router.registerSynchronous(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
+        router.registerStreaming(profile: "sink") { request, _ in
+            var count = 0
+            for try await piece in request.body { count += piece.readableBytes }
+            return BLIPResponse(properties: ["Count": "\(count)"])
         }
         return router
     }
