@@ -32,33 +32,25 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
         onConnection: (@Sendable (BLIPConnection) -> Void)? = nil
     ) -> Self {
         self.on(path, method: .get) { request, context -> Response in
-            guard Self.isWebSocketUpgrade(request) else {
+            guard HandshakeRules.isWebSocketUpgrade(request.headers[values: .upgrade]) else {
                 return Response.text(
                     status: .upgradeRequired,
-                    "this is a BLIP WebSocket endpoint\n",
+                    HandshakeRules.notAnUpgradeText,
                     headers: [.secWebSocketVersion: "13"]
                 )
             }
             guard request.headers[values: .secWebSocketKey].count == 1 else {
-                // RFC 6455 4.2.1: a malformed handshake, not a request for another protocol.
-                return Response.text(
-                    status: .badRequest,
-                    "a WebSocket upgrade request needs one Sec-WebSocket-Key header\n"
-                )
+                return Response.text(status: .badRequest, HandshakeRules.missingKeyText)
             }
             let offered = BLIPSubprotocol.parseOffers(request.headers[values: .secWebSocketProtocol])
-            let subprotocol: String?
-            let dialect: BLIPDialect
-            if offered.isEmpty && configuration.acceptsSeedDialect {
-                (subprotocol, dialect) = (nil, .seed)
-            } else if let chosen = BLIPSubprotocol.choose(offered: offered, supported: configuration.subprotocols),
-                let chosenDialect = BLIPSubprotocol.dialect(for: chosen)
-            {
-                (subprotocol, dialect) = (chosen, chosenDialect)
-            } else {
-                // go-blip's refusal: HTTP 500 naming what it speaks.
-                let spoken = configuration.subprotocols.joined(separator: ", ")
-                return Response.text(status: .internalServerError, "I only speak \(spoken) protocols\n")
+            let negotiated = HandshakeRules.negotiate(
+                offered: offered,
+                supported: configuration.subprotocols,
+                acceptsSeedDialect: configuration.acceptsSeedDialect
+            )
+            guard let (subprotocol, dialect) = negotiated else {
+                let refusal = HandshakeRules.subprotocolRefusalText(supported: configuration.subprotocols)
+                return Response.text(status: .internalServerError, refusal + "\n")
             }
             switch try await shouldUpgrade(request, context) {
             case .accept(let identity, let extra):
@@ -96,10 +88,6 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
                 )
             }
         }
-    }
-
-    private static func isWebSocketUpgrade(_ request: Request) -> Bool {
-        request.headers[values: .upgrade].contains { $0.lowercased().contains("websocket") }
     }
 
     /// Hummingbird's captures, percent-decoded as the standalone server's are.

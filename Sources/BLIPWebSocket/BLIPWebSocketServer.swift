@@ -485,16 +485,15 @@ struct UpgradePolicy: Sendable {
         case .forSubprotocol(let raw) where offered.contains(raw): return .raw(subprotocol: raw)
         default: break
         }
-        if offered.isEmpty && self.acceptsSeedDialect {
-            return .accept(subprotocol: nil, dialect: .seed)
+        let negotiated = HandshakeRules.negotiate(
+            offered: offered,
+            supported: self.subprotocols,
+            acceptsSeedDialect: self.acceptsSeedDialect
+        )
+        if let (subprotocol, dialect) = negotiated {
+            return .accept(subprotocol: subprotocol, dialect: dialect)
         }
-        if let chosen = BLIPSubprotocol.choose(offered: offered, supported: self.subprotocols),
-            let dialect = BLIPSubprotocol.dialect(for: chosen)
-        {
-            return .accept(subprotocol: chosen, dialect: dialect)
-        }
-        // go-blip's refusal: HTTP 500 naming what it speaks.
-        return .refuse(.internalServerError, "I only speak \(self.subprotocols.joined(separator: ", ")) protocols")
+        return .refuse(.internalServerError, HandshakeRules.subprotocolRefusalText(supported: self.subprotocols))
     }
 
     /// What the path pattern captures from a request target, or nil when it does not match.
@@ -529,13 +528,12 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
             guard let head = self.head else { return }
             self.head = nil
             var status = HTTPResponseStatus.upgradeRequired
-            var text = "this is a BLIP WebSocket endpoint\n"
+            var text = HandshakeRules.notAnUpgradeText
             var headers = HTTPHeaders()
-            let isUpgrade = head.headers["Upgrade"].contains { $0.lowercased().contains("websocket") }
+            let isUpgrade = HandshakeRules.isWebSocketUpgrade(head.headers["Upgrade"])
             if isUpgrade && head.headers["Sec-WebSocket-Key"].count != 1 {
-                // RFC 6455 4.2.1: a malformed handshake, not a request for another protocol.
                 status = .badRequest
-                text = "a WebSocket upgrade request needs one Sec-WebSocket-Key header\n"
+                text = HandshakeRules.missingKeyText
             } else if isUpgrade, case .refuse(let refusal)? = self.negotiation.outcome {
                 status = refusal.status
                 text = refusal.body
