@@ -124,6 +124,13 @@ let package = Package(
             dependencies: ["BLIPWire", "BLIPEngine", nioCore, deque],
             swiftSettings: swiftSettings
         ),
+        // Test helpers shared by the test targets (a gate for handlers, a bounded poll).
+        .target(
+            name: "BLIPTestSupport",
+            dependencies: [nioLocks],
+            path: "Tests/BLIPTestSupport",
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPWireTests",
             dependencies: ["BLIPWire", "CBLIPZlib", nioCore, propertyBased, crypto],
@@ -137,7 +144,7 @@ let package = Package(
         .testTarget(
             name: "BLIPTests",
             dependencies: [
-                "BLIP", "BLIPEngine", "BLIPWire", nioCore, nioLocks, logging, tracing,
+                "BLIP", "BLIPEngine", "BLIPWire", "BLIPTestSupport", nioCore, nioLocks, logging, tracing,
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ],
             swiftSettings: swiftSettings
@@ -145,7 +152,8 @@ let package = Package(
         .testTarget(
             name: "BLIPWebSocketTests",
             dependencies: [
-                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto,
+                "BLIPWebSocket", "BLIP", "BLIPWire", "BLIPTestSupport", nioCore, nioPosix, nioLocks, nioHTTP1,
+                nioWebSocket, nioSSL, crypto,
                 logging, serviceLifecycle, .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
             ],
@@ -154,8 +162,8 @@ let package = Package(
         .testTarget(
             name: "BLIPHummingbirdTests",
             dependencies: [
-                "BLIPHummingbird", "BLIPWebSocket", "BLIP", nioCore, nioPosix, nioHTTP1, httpTypes, hummingbird,
-                hummingbirdCore, logging, serviceLifecycle,
+                "BLIPHummingbird", "BLIPWebSocket", "BLIP", "BLIPTestSupport", nioCore, nioPosix, nioHTTP1, httpTypes,
+                hummingbird, hummingbirdCore, logging, serviceLifecycle,
             ],
             swiftSettings: swiftSettings
         ),
@@ -167,7 +175,7 @@ let package = Package(
         .testTarget(
             name: "BLIPToolTests",
             dependencies: [
-                "BLIPTool", "BLIPWebSocket", "BLIP", nioCore, nioPosix, nioLocks,
+                "BLIPTool", "BLIPWebSocket", "BLIP", "BLIPTestSupport", nioCore, nioPosix, nioLocks,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

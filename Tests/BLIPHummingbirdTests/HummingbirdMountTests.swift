@@ -1,5 +1,6 @@
 import BLIP
 import BLIPHummingbird
+import BLIPTestSupport
 import BLIPWebSocket
 import Hummingbird
 import Logging

@@ -1,5 +1,6 @@
 import BLIP
 import BLIPHummingbird
+import BLIPTestSupport
 import BLIPWebSocket
 import Foundation
 import HTTPTypes
@@ -109,46 +110,6 @@ func rawHTTP(port: Int, _ request: String) async throws -> String {
             guard response.utf8.count < 1 << 20 else { break }
         }
         return response
-    }
-}
-
-/// Opens when told; handlers wait on it.
-final class Gate: Sendable {
-    private let state = NIOLockedValueBox<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func wait() async {
-        await withCheckedContinuation { continuation in
-            let resume = self.state.withLockedValue { state -> Bool in
-                if state.open { return true }
-                state.waiters.append(continuation)
-                return false
-            }
-            if resume { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiters = self.state.withLockedValue { state in
-            state.open = true
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-}
-
-/// Polls `condition` every 10 ms for at most 20 s.
-func eventually(
-    _ condition: () async throws -> Bool,
-    sourceLocation: SourceLocation = #_sourceLocation
-) async throws {
-    let deadline = ContinuousClock.now + .seconds(20)
-    while try await !condition() {
-        guard ContinuousClock.now < deadline else {
-            Issue.record("condition not met within 20 s", sourceLocation: sourceLocation)
-            return
-        }
-        try await Task.sleep(for: .milliseconds(10))
     }
 }
 

@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import NIOConcurrencyHelpers
 import NIOCore
 import Synchronization
@@ -18,12 +19,12 @@ struct BackpressureTests {
     /// A body that sends one piece, then waits until the test lets it finish.
     struct HeldBody: AsyncSequence, Sendable {
         typealias Element = ByteBuffer
-        let release: Latch
+        let release: Gate
 
         func makeAsyncIterator() -> Iterator { Iterator(release: self.release) }
 
         struct Iterator: AsyncIteratorProtocol {
-            let release: Latch
+            let release: Gate
             var step = 0
 
             mutating func next() async throws -> ByteBuffer? {
@@ -43,8 +44,8 @@ struct BackpressureTests {
     /// requests past the budget are refused with ERR BLIP/503 instead, and the connection goes on.
     @Test("past the budget, with a handler waiting for the peer, requests are refused with 503")
     func refusedWhenReadingCannotPause() async throws {
-        let gate = Latch()
-        let bodyDone = Latch()
+        let gate = Gate()
+        let bodyDone = Gate()
         var router = BLIPRouter()
         router.registerStreaming(profile: "hold") { request, _ in
             var total = 0
@@ -151,7 +152,7 @@ struct BackpressureTests {
     @Test("handlers beyond the concurrency limit wait in arrival order")
     func handlersQueueInOrder() async throws {
         let order = NIOLockedValueBox<[Int]>([])
-        let gate = Latch()
+        let gate = Gate()
         var router = BLIPRouter()
         router.register(profile: "ordered") { request, _ in
             let index = Int(request.properties["Index"]!)!
@@ -182,30 +183,5 @@ struct BackpressureTests {
         }
         #expect(server.statistics.readPausesForBacklog >= 1)
         #expect(order.withLockedValue { $0 } == Array(0..<20))
-    }
-}
-
-/// Waiters wait until the test opens it; it stays open.
-final class Latch: Sendable {
-    private let state = NIOLockedValueBox<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func wait() async {
-        await withCheckedContinuation { continuation in
-            let resume = self.state.withLockedValue { state -> Bool in
-                if state.open { return true }
-                state.waiters.append(continuation)
-                return false
-            }
-            if resume { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiters = self.state.withLockedValue { state in
-            state.open = true
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() }
     }
 }

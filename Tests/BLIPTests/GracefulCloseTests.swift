@@ -1,3 +1,4 @@
+import BLIPTestSupport
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
@@ -10,7 +11,7 @@ import Testing
 @Suite("Graceful close", .timeLimit(.minutes(3)))
 struct GracefulCloseTests {
     /// A router whose `gated` handler answers once `latch` opens; `echo` answers at once.
-    static func gatedRouter(_ latch: Latch) -> BLIPRouter {
+    static func gatedRouter(_ latch: Gate) -> BLIPRouter {
         var router = standardRouter()
         router.register(profile: "gated") { request, _ in
             await latch.wait()
@@ -22,7 +23,7 @@ struct GracefulCloseTests {
     /// Two connections over an in-memory pair, both running; `body` gets (server, client). `latch` is
     /// opened once the connections are closed, so that gated handlers (which ignore cancellation) end.
     static func withPair<T: Sendable>(
-        releasing latch: Latch? = nil,
+        releasing latch: Gate? = nil,
         serverRouter: BLIPRouter,
         clientRouter: BLIPRouter = standardRouter(),
         serverConfiguration: BLIPConnection.Configuration = .init(),
@@ -43,7 +44,7 @@ struct GracefulCloseTests {
 
     @Test("a request being handled finishes and its reply arrives; new ones get ERR 503; then 1001")
     func handledRequestFinishes() async throws {
-        let latch = Latch()
+        let latch = Gate()
         try await Self.withPair(releasing: latch, serverRouter: Self.gatedRouter(latch)) { server, client in
             let inFlight = Task { try await client.sendRequest(BLIPRequest(profile: "gated", properties: ["N": "1"])) }
             try await waitUntil { server.statistics.framesReceived >= 1 }
@@ -72,7 +73,7 @@ struct GracefulCloseTests {
 
     @Test("a request of ours gets its reply before the close")
     func ownRequestGetsReply() async throws {
-        let latch = Latch()
+        let latch = Gate()
         try await Self.withPair(releasing: latch, serverRouter: standardRouter(), clientRouter: Self.gatedRouter(latch))
         {
             server,
@@ -120,7 +121,7 @@ struct GracefulCloseTests {
 
     @Test("a streamed request that begins during the close gets ERR 503 once it has arrived; its handler never runs")
     func streamingRequestBegunWhileClosingIsRefused() async throws {
-        let latch = Latch()
+        let latch = Gate()
         var router = Self.gatedRouter(latch)
         let sinkRan = NIOLockedValueBox(false)
         router.registerStreaming(profile: "sink") { request, _ in
@@ -193,7 +194,7 @@ struct GracefulCloseTests {
 
     @Test("past the drain timeout it closes anyway; what is left fails with the 1001 status")
     func timeoutClosesAnyway() async throws {
-        let latch = Latch()  // never opened
+        let latch = Gate()  // never opened
         try await Self.withPair(releasing: latch, serverRouter: Self.gatedRouter(latch)) { server, client in
             let inFlight = Task { try await client.sendRequest(BLIPRequest(profile: "gated")) }
             try await waitUntil { server.statistics.framesReceived >= 1 }
@@ -222,7 +223,7 @@ struct GracefulCloseTests {
 
     @Test("cancelling the caller stops the wait and closes at once")
     func cancellationClosesAtOnce() async throws {
-        let latch = Latch()  // never opened
+        let latch = Gate()  // never opened
         try await Self.withPair(releasing: latch, serverRouter: Self.gatedRouter(latch)) { server, client in
             let inFlight = Task { try await client.sendRequest(BLIPRequest(profile: "gated")) }
             try await waitUntil { server.statistics.framesReceived >= 1 }
@@ -237,7 +238,7 @@ struct GracefulCloseTests {
 
     @Test("the peer closing first ends the wait with the peer's status")
     func peerClosesFirst() async throws {
-        let latch = Latch()  // never opened
+        let latch = Gate()  // never opened
         try await Self.withPair(releasing: latch, serverRouter: Self.gatedRouter(latch)) { server, client in
             let inFlight = Task { try await client.sendRequest(BLIPRequest(profile: "gated")) }
             try await waitUntil { server.statistics.framesReceived >= 1 }
@@ -252,7 +253,7 @@ struct GracefulCloseTests {
 
     @Test("many requests in flight all get their replies before the close")
     func manyInFlight() async throws {
-        let latch = Latch()
+        let latch = Gate()
         var configuration = BLIPConnection.Configuration()
         configuration.maximumConcurrentHandlers = 8  // four of them wait for a slot (reading pauses at eight)
         try await Self.withPair(

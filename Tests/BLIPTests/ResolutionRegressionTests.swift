@@ -1,4 +1,5 @@
 import BLIPEngine
+import BLIPTestSupport
 import BLIPWire
 import Foundation
 import Logging
@@ -77,7 +78,7 @@ struct ResolutionRegressionTests {
     @Test("a pause and a resume decided on two threads and applied in the opposite order leave reading on")
     func readingPauseAndResumeCross() async throws {
         let transport = ManualTransport()
-        let gate = Latch()
+        let gate = Gate()
         let handled = NIOLockedValueBox<[String]>([])
         let firstStarted = NIOLockedValueBox(false)
         var router = BLIPRouter()

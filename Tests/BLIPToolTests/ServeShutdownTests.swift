@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import BLIPWebSocket
 import Foundation
 import NIOConcurrencyHelpers
@@ -38,14 +39,14 @@ struct ServeShutdownTests {
                 // Two pieces: a streamed body is read one piece ahead (to know which is the last).
                 pieces.yield(ByteBuffer(repeating: 1, count: 1000))
                 pieces.yield(ByteBuffer(repeating: 1, count: 1000))
-                try await Self.poll { connection.statistics.bytesSent >= 1000 }
+                try await eventually { connection.statistics.bytesSent >= 1000 }
                 // Frames are read in order: once this echo is answered, the server has the request above.
                 _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "before"))
 
                 kill(server.processID, SIGTERM)
                 // Draining starts when the process handles the signal: until then an echo still succeeds.
                 var refusal: BLIPError?
-                try await Self.poll {
+                try await eventually {
                     do {
                         _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "late?"))
                         return false
@@ -75,20 +76,5 @@ struct ServeShutdownTests {
         let log = await server.stopped()
         #expect(server.process.terminationReason == .exit && server.process.terminationStatus == 0, "\(log)")
         #expect(log.contains("stopped"), "\(log)")
-    }
-
-    /// Checks `condition` every 10 ms for up to 20 s.
-    static func poll(
-        _ condition: () async throws -> Bool,
-        sourceLocation: SourceLocation = #_sourceLocation
-    ) async throws {
-        let deadline = ContinuousClock.now + .seconds(20)
-        while try await !condition() {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("condition not met within 20 s", sourceLocation: sourceLocation)
-                return
-            }
-            try await Task.sleep(for: .milliseconds(10))
-        }
     }
 }

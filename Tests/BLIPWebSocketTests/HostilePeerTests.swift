@@ -1,5 +1,6 @@
 import BLIP
 import BLIPEngine
+import BLIPTestSupport
 import BLIPWebSocket
 import BLIPWire
 import NIOConcurrencyHelpers
@@ -333,30 +334,5 @@ final class SharedCount: Sendable {
     var value: Int {
         get { self.storage.withLockedValue { $0 } }
         set { self.storage.withLockedValue { $0 = newValue } }
-    }
-}
-
-/// Handlers wait here until the test opens it.
-final class Gate: Sendable {
-    private let state = NIOLockedValueBox<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func wait() async {
-        await withCheckedContinuation { continuation in
-            let resume = self.state.withLockedValue { state -> Bool in
-                if state.open { return true }
-                state.waiters.append(continuation)
-                return false
-            }
-            if resume { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiters = self.state.withLockedValue { state in
-            state.open = true
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() }
     }
 }

@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import BLIPWebSocket
 import Logging
 import NIOConcurrencyHelpers
@@ -118,20 +119,5 @@ struct ServiceLifecycleTests {
         gate.open()  // the handler ignores cancellation; the group returns once it has
         try await running.value
         #expect(server.openConnectionCount == 0)
-    }
-}
-
-/// Checks `condition` every 10 ms for up to 20 s.
-private func eventually(
-    _ condition: () async throws -> Bool,
-    sourceLocation: SourceLocation = #_sourceLocation
-) async throws {
-    let deadline = ContinuousClock.now + .seconds(20)
-    while try await !condition() {
-        guard ContinuousClock.now < deadline else {
-            Issue.record("condition not met within 20 s", sourceLocation: sourceLocation)
-            return
-        }
-        try await Task.sleep(for: .milliseconds(10))
     }
 }

@@ -1,0 +1,17 @@
+public import Testing
+
+/// Checks `condition` every 10 ms for up to 20 s; records an issue if it never holds. A bound that catches a
+/// hang, not a timing expectation.
+public func eventually(
+    _ condition: () async throws -> Bool,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+    let deadline = ContinuousClock.now + .seconds(20)
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("condition not met within 20 s", sourceLocation: sourceLocation)
+            return
+        }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}
