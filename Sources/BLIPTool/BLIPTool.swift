@@ -11,6 +11,7 @@ struct BLIPTool: AsyncParsableCommand {
         abstract: "BLIP over WebSocket: serve, request, benchmark, decode frames, or watch a demo.",
         subcommands: [
             DemoCommand.self, ServeCommand.self, RequestCommand.self, BenchCommand.self, DecodeCommand.self,
+            ProxyCommand.self,
             AutobahnClientCommand.self,
         ]
     )

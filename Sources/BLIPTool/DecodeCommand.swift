@@ -1,6 +1,6 @@
 internal import ArgumentParser
+internal import BLIPWebSocket
 internal import BLIPWire
-internal import Crypto
 internal import Foundation
 internal import NIOCore
 
@@ -175,123 +175,35 @@ struct Dissector {
     }
 
     func decode(_ frames: [(name: String, bytes: ByteBuffer)]) -> Result {
-        let decoder = BLIPFrameDecoder(dialect: self.dialect)
-        var readers: [String: (BLIPMessageReader, BLIPFrameHeader, ByteBuffer)] = [:]
+        let decoder = BLIPTrafficDecoder(dialect: self.dialect)
         var result = Result(direction: self.direction)
         for (name, bytes) in frames {
-            let decoded: BLIPDecodedFrame
+            let step: BLIPTrafficDecoder.Step
             do {
-                decoded = try decoder.decode(bytes)
+                step = try decoder.decode(bytes)
             } catch {
-                result.error = "\(name): \(error)"
-                result.frames.append(["name": name, "length": bytes.readableBytes, "error": "\(error)"])
-                result.lines.append("[\(self.direction)] \(name)  !! \(error)")
+                let reason = error.wire.map { "\($0)" } ?? error.description
+                result.error = "\(name): \(reason)"
+                var frame: [String: Any] = ["name": name, "length": bytes.readableBytes, "error": reason]
+                if let header = error.header { frame.merge(TrafficFormat.header(header, dialect: self.dialect)) { $1 } }
+                result.frames.append(frame)
+                result.lines.append("[\(self.direction)] \(name)  !! \(reason)")
                 return result
             }
-            var frame: [String: Any] = ["name": name, "length": bytes.readableBytes]
-            switch decoded {
-            case .ack(let ack):
-                frame.merge(self.describe(ack.header)) { $1 }
-                frame["ack_bytes"] = Int(ack.byteCount)
-                result.lines.append(
-                    "[\(self.direction)] \(name)  \(ack.header)  len \(bytes.readableBytes)  acknowledges \(ack.byteCount) bytes"
-                )
-            case .malformedACK(let header, let error):
-                frame.merge(self.describe(header)) { $1 }
-                frame["ack_error"] = "\(error)"
-                result.lines.append(
-                    "[\(self.direction)] \(name)  \(header)  !! undecodable ACK count (ignored): \(error)"
-                )
-            case .unknownType(let header):
-                frame.merge(self.describe(header)) { $1 }
-                result.lines.append("[\(self.direction)] \(name)  \(header)  unknown type (ignored)")
-            case .data(let data):
-                frame.merge(self.describe(data.header)) { $1 }
-                frame["body_length"] = data.bodyLength
-                frame["data_length"] = data.payload.readableBytes
-                var line =
-                    "[\(self.direction)] \(name)  \(data.header)  len \(bytes.readableBytes)  data \(data.payload.readableBytes)"
-                if let checksum = data.checksum {
-                    frame["checksum"] = String(format: "%08X", checksum)
-                    frame["crc"] = "ok"
-                    line += "  crc ok \(String(format: "%08X", checksum))"
-                }
-                result.lines.append(line)
-                let key = "\(data.header.type == .request ? "MSG" : "RES")#\(data.header.messageNumber)"
-                var (reader, first, body) =
-                    readers.removeValue(forKey: key)
-                    ?? (decoder.makeMessageReader(for: data.header), data.header, ByteBuffer())
-                do {
-                    var piece = try reader.append(data.payload)
-                    body.writeBuffer(&piece)
-                    if data.header.flags.contains(.moreComing) {
-                        readers[key] = (reader, first, body)
-                    } else {
-                        try reader.finish()
-                        let message = self.describe(first, properties: reader.properties!, body: body)
-                        result.messages.append(message.json)
-                        result.lines.append(message.line)
-                    }
-                } catch {
-                    result.error = "\(name): \(error)"
-                    frame["error"] = "\(error)"
-                    result.lines.append("[\(self.direction)] \(name)  !! \(error)")
-                    result.frames.append(frame)
-                    return result
-                }
-            }
+            var frame: [String: Any] = ["name": name]
+            frame.merge(TrafficFormat.frame(step.frame, dialect: self.dialect)) { $1 }
             result.frames.append(frame)
+            result.lines.append("[\(self.direction)] \(name)  \(TrafficFormat.frameLine(step.frame))")
+            if let message = step.message {
+                result.messages.append(
+                    JSONValue.object(TrafficFormat.messageFields(message)).foundationObject as! [String: Any]
+                )
+                result.lines.append("    => \(TrafficFormat.messageLine(message))")
+            }
         }
-        for (key, _) in readers {
+        for key in decoder.incompleteMessages {
             result.lines.append("[\(self.direction)] \(key) incomplete: its last frame is missing")
         }
         return result
-    }
-
-    private func describe(_ header: BLIPFrameHeader) -> [String: Any] {
-        [
-            "number": Int(header.messageNumber),
-            "type": "\(header.type)",
-            "flags": Self.flagNames(header.flags),
-            "wire_flags": String(format: "0x%02X", (try? header.wireFlags(in: self.dialect)) ?? 0),
-        ]
-    }
-
-    private func describe(_ header: BLIPFrameHeader, properties: BLIPProperties, body: ByteBuffer) -> (
-        json: [String: Any], line: String
-    ) {
-        let bytes = Array(body.readableBytesView)
-        let digest = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
-        let text = bytes.count < 4096 ? String(validating: bytes, as: UTF8.self) : nil
-        var json: [String: Any] = [
-            "number": Int(header.messageNumber),
-            "type": "\(header.type)",
-            "flags": Self.flagNames(header.flags.subtracting(.moreComing)),
-            "properties": properties.map { [$0.name, $0.value] },
-            "body_length": bytes.count,
-            "body_sha256": digest,
-        ]
-        if let text { json["body_text"] = text }
-        let shown = properties.map { "\($0.name): \($0.value)" }.joined(separator: ", ")
-        let preview: String
-        if let text {
-            preview =
-                "\"\(text.prefix(60).replacingOccurrences(of: "\n", with: "\\n"))\(text.count > 60 ? "..." : "")\""
-        } else {
-            preview = "sha256 \(digest.prefix(16))..."
-        }
-        return (
-            json,
-            "    => \(header.type)#\(header.messageNumber) complete  {\(shown)}  body \(bytes.count) bytes \(preview)"
-        )
-    }
-
-    static func flagNames(_ flags: BLIPFrameFlags) -> [String] {
-        [
-            (BLIPFrameFlags.compressed, "compressed"), (.urgent, "urgent"), (.noReply, "noReply"),
-            (.moreComing, "moreComing"), (.meta, "meta"),
-        ]
-        .filter { flags.contains($0.0) }
-        .map(\.1)
     }
 }

@@ -42,6 +42,15 @@ public final class BLIPFrameCapture: Sendable {
         }
     }
 
+    /// Writes a file of text beside the frames (the proxy's handshake files), in order with them.
+    func write(named name: String, _ text: String) {
+        let path = "\(self.directory)/\(name)"
+        let bytes = Data(text.utf8)
+        self.queue.async {
+            _ = FileManager.default.createFile(atPath: path, contents: bytes)
+        }
+    }
+
     /// Waits until every recorded frame is on disk.
     public func flush() {
         self.queue.sync {}

@@ -132,6 +132,27 @@ public final class BLIPWebSocketServer: Sendable {
     let rawChannels: RawChannels
 
     /// The port the server listens on.
+    /// The server side of TLS, from PEM files; shared with the proxy that terminates TLS for its clients.
+    static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
+        let chain = try NIOSSLCertificate.fromPEMFile(tls.certificateChainPath).map {
+            NIOSSLCertificateSource.certificate($0)
+        }
+        let key = try NIOSSLPrivateKey(file: tls.privateKeyPath, format: .pem)
+        var server = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+        switch tls.clientCertificates {
+        case .none:
+            break
+        case .optional(let trustRootsPath):
+            server.certificateVerification = .optionalVerification
+            server.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(trustRootsPath))
+        case .required(let trustRootsPath):
+            // A server has no host name to check in a client's certificate.
+            server.certificateVerification = .noHostnameVerification
+            server.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(trustRootsPath))
+        }
+        return try NIOSSLContext(configuration: server)
+    }
+
     public var port: Int { self.channel.localAddress?.port ?? self.configuration.port }
 
     private init(
@@ -158,25 +179,7 @@ public final class BLIPWebSocketServer: Sendable {
         logger: Logger = Logger(label: "blip.websocket.server"),
         upgradeHandler: UpgradeHandler? = nil
     ) async throws -> BLIPWebSocketServer {
-        let tlsContext = try configuration.tls.map { tls in
-            let chain = try NIOSSLCertificate.fromPEMFile(tls.certificateChainPath).map {
-                NIOSSLCertificateSource.certificate($0)
-            }
-            let key = try NIOSSLPrivateKey(file: tls.privateKeyPath, format: .pem)
-            var server = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
-            switch tls.clientCertificates {
-            case .none:
-                break
-            case .optional(let trustRootsPath):
-                server.certificateVerification = .optionalVerification
-                server.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(trustRootsPath))
-            case .required(let trustRootsPath):
-                // A server has no host name to check in a client's certificate.
-                server.certificateVerification = .noHostnameVerification
-                server.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(trustRootsPath))
-            }
-            return try NIOSSLContext(configuration: server)
-        }
+        let tlsContext = try configuration.tls.map(Self.makeTLSContext)
         let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
         let policy = UpgradePolicy(configuration: configuration)
         let captureCounter = CaptureCounter()

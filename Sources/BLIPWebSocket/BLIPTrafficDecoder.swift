@@ -1,0 +1,218 @@
+public import BLIPWire
+internal import Crypto
+public import NIOCore
+
+/// Follows one direction of a BLIP connection frame by frame, as a third party watching it would: the
+/// checksum and the shared deflate stream of BLIP 3, gzip bodies and tokens of the older dialects, ACKs.
+/// It reports each frame and, when a message's last frame arrives, the whole message, without keeping
+/// bodies: only their size, digest and first bytes. `blip decode` and ``BLIPInspectingProxy`` share it.
+///
+/// After ``decode(_:)`` throws, the direction cannot be followed any further (the checksum or the
+/// inflater's state is lost); callers stop feeding it.
+public final class BLIPTrafficDecoder {
+    /// Messages whose last frame has not arrived yet, at most: a peer that opens more is reported as an
+    /// error instead of growing this decoder's memory.
+    public static let maximumMessagesInProgress = 4096
+    /// Body bytes kept of each message for ``Message/bodyText`` and ``Message/bodyPrefix``.
+    public static let keptBodyBytes = 4096
+
+    /// One frame, as decoded.
+    public struct Frame: Sendable {
+        public var header: BLIPFrameHeader
+        /// The frame's size on the wire (the WebSocket message's payload).
+        public var length: Int
+        public var kind: Kind
+
+        public enum Kind: Sendable {
+            /// A data frame: `dataLength` bytes of the message after inflating, `bodyLength` as the frame
+            /// decoder reports it, and the BLIP 3 checksum, already checked.
+            case data(dataLength: Int, bodyLength: Int, checksum: UInt32?)
+            case ack(byteCount: UInt64)
+            /// An ACK whose count does not decode; peers ignore it.
+            case malformedACK(String)
+            /// A frame type this dialect does not define; peers ignore it.
+            case unknownType
+        }
+    }
+
+    /// A message whose last frame has arrived.
+    public struct Message: Sendable {
+        public var number: UInt64
+        public var type: BLIPMessageType
+        /// The first frame's flags, without `moreComing`.
+        public var flags: BLIPFrameFlags
+        public var properties: BLIPProperties
+        public var bodyLength: Int
+        /// Lowercase hex SHA-256 of the (inflated) body; nil for a body over the decoder's
+        /// `maximumDigestedBodySize`.
+        public var bodySHA256: String?
+        /// The body as text, when it is shorter than ``BLIPTrafficDecoder/keptBodyBytes`` and valid UTF-8.
+        public var bodyText: String?
+        /// The body's first bytes (at most ``BLIPTrafficDecoder/keptBodyBytes``).
+        public var bodyPrefix: ByteBuffer
+        public var frameCount: Int
+        /// When the first frame was decoded, by ``NIODeadline/now()``.
+        public var started: NIODeadline
+    }
+
+    /// What one frame gave: itself, and the message it completed, if any.
+    public struct Step: Sendable {
+        public var frame: Frame
+        public var message: Message?
+    }
+
+    private struct InProgress {
+        var reader: BLIPMessageReader
+        var header: BLIPFrameHeader
+        var hasher: SHA256? = SHA256()
+        var bodyLength = 0
+        var prefix = ByteBuffer()
+        var frameCount = 0
+        var started: NIODeadline
+    }
+
+    public let dialect: BLIPDialect
+    /// Bodies up to this size get a digest; hashing is the costliest part of following bulk traffic.
+    public let maximumDigestedBodySize: Int
+    private let frames: BLIPFrameDecoder
+    private var inProgress: [MessageKey: InProgress] = [:]
+
+    private struct MessageKey: Hashable {
+        var isRequest: Bool
+        var number: UInt64
+    }
+
+    public init(dialect: BLIPDialect, maximumDigestedBodySize: Int = .max) {
+        self.dialect = dialect
+        self.maximumDigestedBodySize = maximumDigestedBodySize
+        self.frames = BLIPFrameDecoder(dialect: dialect)
+    }
+
+    /// The messages begun and not finished, as `MSG#n` / `RPY#n`, in number order.
+    public var incompleteMessages: [String] {
+        self.inProgress.keys.sorted { ($0.isRequest ? 0 : 1, $0.number) < ($1.isRequest ? 0 : 1, $1.number) }
+            .map { "\($0.isRequest ? "MSG" : "RPY")#\($0.number)" }
+    }
+
+    /// Decodes the next frame of this direction (one WebSocket binary message's payload).
+    public func decode(_ bytes: ByteBuffer) throws(BLIPTrafficDecodingError) -> Step {
+        let decoded: BLIPDecodedFrame
+        do {
+            decoded = try self.frames.decode(bytes)
+        } catch {
+            throw BLIPTrafficDecodingError(header: nil, wire: error)
+        }
+        switch decoded {
+        case .ack(let ack):
+            return Step(
+                frame: Frame(header: ack.header, length: bytes.readableBytes, kind: .ack(byteCount: ack.byteCount))
+            )
+        case .malformedACK(let header, let error):
+            return Step(frame: Frame(header: header, length: bytes.readableBytes, kind: .malformedACK("\(error)")))
+        case .unknownType(let header):
+            return Step(frame: Frame(header: header, length: bytes.readableBytes, kind: .unknownType))
+        case .data(let data):
+            let frame = Frame(
+                header: data.header,
+                length: bytes.readableBytes,
+                kind: .data(
+                    dataLength: data.payload.readableBytes,
+                    bodyLength: data.bodyLength,
+                    checksum: data.checksum
+                )
+            )
+            return Step(frame: frame, message: try self.append(data))
+        }
+    }
+
+    private func append(_ data: BLIPDataFrame) throws(BLIPTrafficDecodingError) -> Message? {
+        let key = MessageKey(isRequest: data.header.type == .request, number: data.header.messageNumber)
+        var message: InProgress
+        if let existing = self.inProgress.removeValue(forKey: key) {
+            message = existing
+        } else {
+            guard self.inProgress.count < Self.maximumMessagesInProgress else {
+                throw BLIPTrafficDecodingError(
+                    header: data.header,
+                    wire: nil,
+                    text: "more than \(Self.maximumMessagesInProgress) messages in progress at once"
+                )
+            }
+            message = InProgress(
+                reader: self.frames.makeMessageReader(for: data.header),
+                header: data.header,
+                started: .now()
+            )
+        }
+        do {
+            let piece = try message.reader.append(data.payload)
+            message.frameCount += 1
+            message.bodyLength += piece.readableBytes
+            if message.bodyLength > self.maximumDigestedBodySize {
+                message.hasher = nil
+            } else if message.hasher != nil {
+                piece.withUnsafeReadableBytes { message.hasher!.update(bufferPointer: $0) }
+            }
+            let room = Self.keptBodyBytes - message.prefix.readableBytes
+            if room > 0, let kept = piece.getSlice(at: piece.readerIndex, length: min(room, piece.readableBytes)) {
+                message.prefix.writeImmutableBuffer(kept)
+            }
+            if data.header.flags.contains(.moreComing) {
+                self.inProgress[key] = message
+                return nil
+            }
+            try message.reader.finish()
+        } catch {
+            throw BLIPTrafficDecodingError(header: data.header, wire: error)
+        }
+        let digest = message.hasher.map { Self.hex($0.finalize()) }
+        let text =
+            message.bodyLength < Self.keptBodyBytes
+            ? message.prefix.withUnsafeReadableBytes {
+                String(validating: $0.bindMemory(to: UInt8.self), as: UTF8.self)
+            }
+            : nil
+        return Message(
+            number: message.header.messageNumber,
+            type: message.header.type,
+            flags: message.header.flags.subtracting(.moreComing),
+            properties: message.reader.properties ?? BLIPProperties(),
+            bodyLength: message.bodyLength,
+            bodySHA256: digest,
+            bodyText: text,
+            bodyPrefix: message.prefix,
+            frameCount: message.frameCount,
+            started: message.started
+        )
+    }
+}
+
+extension BLIPTrafficDecoder {
+    /// Lowercase hex, through a table: per message, `String(_:radix:)` per byte showed in profiles.
+    static func hex(_ digest: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(64)
+        for byte in digest {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// Why a direction could not be followed past a frame.
+public struct BLIPTrafficDecodingError: Error, Sendable, CustomStringConvertible {
+    /// The frame's header, when it decoded.
+    public var header: BLIPFrameHeader?
+    /// The codec's error, when it was the codec that failed.
+    public var wire: BLIPWireError?
+    public var description: String
+
+    init(header: BLIPFrameHeader?, wire: BLIPWireError?, text: String? = nil) {
+        self.header = header
+        self.wire = wire
+        let what = text ?? wire.map { "\($0)" } ?? "undecodable"
+        self.description = header.map { "\($0): \(what)" } ?? what
+    }
+}

@@ -1,0 +1,371 @@
+import BLIP
+import BLIPTestSupport
+import BLIPWebSocket
+import BLIPWire
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import Testing
+
+@Suite("blip proxy: relay and live decoding", .timeLimit(.minutes(5)))
+struct InspectingProxyTests {
+    @Test(
+        "each dialect: both peers see the same frames, byte for byte, and the log is what was sent",
+        arguments: [BLIPDialect.blip3, .blip2, .seed]
+    )
+    func relaysEachDialect(dialect: BLIPDialect) async throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
+        serverConfiguration.acceptsSeedDialect = dialect == .seed
+        serverConfiguration.captureDirectory = folder.path("server")
+        try await withServer(serverConfiguration) { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)", capture: folder.path("proxy")) {
+                proxy,
+                log in
+                var configuration = BLIPWebSocketClient.Configuration()
+                configuration.captureDirectory = folder.path("client")
+                switch dialect {
+                case .blip3: configuration.subprotocols = ["BLIP_3+CBMobile_3"]
+                case .blip2: configuration.subprotocols = [BLIPSubprotocol.blip2]
+                case .seed: configuration.usesSeedDialect = true
+                }
+                var sent: [(BLIPProperties, String)] = []
+                var received: [(String, BLIPProperties, String)] = []
+                try await BLIPWebSocketClient.connect(
+                    to: "ws://127.0.0.1:\(proxy.port)/db/_blipsync",
+                    configuration: configuration
+                ) { connection in
+                    #expect(connection.dialect == dialect)
+                    let requests = [
+                        BLIPRequest(
+                            profile: "echo",
+                            properties: ["X-Test": "1", "Content-Type": "text/plain"],
+                            text: "hello"
+                        ),
+                        BLIPRequest(
+                            profile: "echo",
+                            body: ByteBuffer(string: String(repeating: "compress me ", count: 2_000)),
+                            compressed: true
+                        ),
+                        BLIPRequest(profile: "echo", body: pattern(300_000)),
+                        BLIPRequest(profile: "error", properties: ["Want-Error-Code": "409"]),
+                        BLIPRequest(profile: "echo", text: "urgent", urgent: true),
+                    ]
+                    for request in requests {
+                        sent.append((request.properties, sha256(request.body)))
+                        do {
+                            let reply = try await connection.sendRequest(request)
+                            received.append(("RPY", reply.properties, sha256(reply.body)))
+                        } catch let error as BLIPError {
+                            received.append(("ERR", [:], "\(error.code.rawValue)"))
+                        }
+                    }
+                }
+                try await eventually { log.closedCount == 1 }
+                // The frames each peer sent are the frames the other received, and those the proxy captured.
+                try await eventually {
+                    let client = try frames(under: folder.path("client"))
+                    let server = try frames(under: folder.path("server"))
+                    let proxied = try frames(under: folder.path("proxy"))
+                    return !client.c2s.isEmpty && client == server && server == proxied
+                }
+                let client = try frames(under: folder.path("client"))
+                #expect(client.c2s.count >= 5 && client.s2c.count >= 5)
+                // The decoded log: the requests sent, then the replies received, in order.
+                let requests = log.messages(.clientToServer)
+                #expect(requests.map(\.type) == Array(repeating: .request, count: 5))
+                #expect(requests.map(\.number) == [1, 2, 3, 4, 5])
+                for (message, (properties, digest)) in zip(requests, sent) {
+                    #expect(message.properties == properties)
+                    #expect(message.bodySHA256 == digest)
+                }
+                #expect(requests[1].flags.contains(.compressed) && requests[4].flags.contains(.urgent))
+                #expect(requests[2].bodyLength == 300_000 && requests[2].frameCount > 1)
+                #expect(requests[0].bodyText == "hello")
+                let replies = log.messages(.serverToClient)
+                #expect(replies.map { "\($0.type)" } == ["RPY", "RPY", "RPY", "ERR", "RPY"])
+                for (index, (type, properties, digest)) in received.enumerated() where type == "RPY" {
+                    #expect(replies[index].properties == properties)
+                    #expect(replies[index].bodySHA256 == digest)
+                }
+                #expect(replies[3].properties["Error-Code"] == "409")
+                #expect(log.stoppedDecoding.isEmpty, "\(log.stoppedDecoding)")
+                #expect(log.closeCodes == [.clientToServer: 1000, .serverToClient: 1000])
+                // BLIP 3 and BLIP 2 acknowledge a 300 KB message as it arrives; the seed dialect has no ACKs.
+                #expect((log.ackCount > 0) == (dialect != .seed))
+            }
+        }
+    }
+
+    @Test("a refusal, and the 101, reach the client exactly as the server wrote them")
+    func handshakeAnswersPassThrough() async throws {
+        let handler: BLIPWebSocketServer.UpgradeHandler = { request in
+            request.path == "/denied" ? .unauthorized(realm: "sync") : .accept()
+        }
+        try await withServer(upgradeHandler: handler) { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)") { proxy, log in
+                for target in ["/denied", "/db"] {
+                    let direct = try await UpgradeHandlerTests.rawUpgrade(port: server.port, target: target)
+                    let proxied = try await UpgradeHandlerTests.rawUpgrade(port: proxy.port, target: target)
+                    #expect(proxied == direct)
+                }
+                // Through the BLIP client too: its handshake error is the server's.
+                let error = await #expect(throws: BLIPHandshakeError.self) {
+                    try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/denied") { _ in }
+                }
+                #expect(error?.status == 401 && error?.kind == .unauthorized)
+                try await eventually { log.handshakeStatuses.count == 3 }
+                #expect(log.handshakeStatuses.sorted() == [101, 401, 401])
+            }
+        }
+    }
+
+    @Test("a frame that cannot be decoded is reported once per direction, and the relay goes on unchanged")
+    func decodingErrorDoesNotDisturbTheRelay() async throws {
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.rawEndpoint = .always
+        configuration.rawEndpointMode = .echo
+        let first = try fixtureFrame("go-blip/01-request-with-properties/f000-c2s-MSG1.bin")
+        try await withServer(configuration) { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)") { proxy, log in
+                let raw = try await BLIPRawWebSocket.connect(
+                    to: "ws://127.0.0.1:\(proxy.port)/",
+                    subprotocols: ["BLIP_3+CBMobile_3"]
+                )
+                // The first frame of a connection decodes; sent again, its checksum no longer matches the
+                // running one; after it, bytes that are not BLIP at all.
+                let messages = [first, first, ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF])]
+                for message in messages {
+                    raw.send(message)
+                    let echo = try await raw.receive()
+                    #expect(echo?.message == message)
+                }
+                raw.close()
+                await raw.waitUntilClosed()
+                try await eventually { log.closedCount == 1 }
+                #expect(log.messages(.clientToServer).map(\.number) == [1])
+                #expect(log.messages(.serverToClient).map(\.number) == [1])
+                let stopped = log.stoppedDecoding
+                #expect(stopped.map(\.0) == [.clientToServer, .serverToClient])
+                #expect(
+                    stopped.allSatisfy { $0.1.lowercased().contains("checksum") || $0.1.lowercased().contains("crc") }
+                )
+            }
+        }
+    }
+
+    @Test("many clients at once through one proxy")
+    func concurrentConnections() async throws {
+        try await withServer { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)") { proxy, log in
+                let clients = 40
+                let requests = 10
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for client in 0..<clients {
+                        group.addTask {
+                            try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { connection in
+                                var answered = 0
+                                for index in 0..<requests {
+                                    let text = "client \(client) request \(index)"
+                                    let reply = try await connection.sendRequest(
+                                        BLIPRequest(profile: "echo", text: text)
+                                    )
+                                    if String(buffer: reply.body) == text { answered += 1 }
+                                }
+                                return answered
+                            }
+                        }
+                    }
+                    var answered = 0
+                    for try await count in group { answered += count }
+                    #expect(answered == clients * requests)
+                }
+                try await eventually { log.closedCount == clients }
+                #expect(log.messages(.clientToServer).count == clients * requests)
+                #expect(log.messages(.serverToClient).count == clients * requests)
+                try await eventually { proxy.openConnectionCount == 0 }
+            }
+        }
+    }
+
+    @Test("TLS on both sides: the proxy terminates the client's and speaks TLS upstream")
+    func tlsBothSides() async throws {
+        let chain = try TestCertificateChain.make()
+        defer { chain.remove() }
+        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
+        serverConfiguration.tls = .init(certificateChainPath: chain.certificatePath, privateKeyPath: chain.keyPath)
+        try await withServer(serverConfiguration) { server in
+            var upstreamTLS = BLIPWebSocketClient.TLS()
+            upstreamTLS.trustRoots = .pemFile(chain.caPath)
+            try await withProxy(
+                upstream: "wss://127.0.0.1:\(server.port)",
+                configure: {
+                    $0.upstreamTLS = upstreamTLS
+                    $0.tls = .init(certificateChainPath: chain.certificatePath, privateKeyPath: chain.keyPath)
+                }
+            ) { proxy, log in
+                var configuration = BLIPWebSocketClient.Configuration()
+                configuration.tls.trustRoots = .pemFile(chain.caPath)
+                try await BLIPWebSocketClient.connect(
+                    to: "wss://127.0.0.1:\(proxy.port)/db",
+                    configuration: configuration
+                ) { connection in
+                    let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "over TLS"))
+                    #expect(String(buffer: reply.body) == "over TLS")
+                }
+                try await eventually { log.closedCount == 1 }
+                #expect(log.messages(.clientToServer).first?.bodyText == "over TLS")
+            }
+        }
+    }
+
+    @Test("an upstream that cannot be reached: the client gets a 502, the log says why")
+    func unreachableUpstream() async throws {
+        // A port that was free a moment ago.
+        let closed = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = closed.localAddress!.port!
+        try await closed.close()
+        try await withProxy(upstream: "ws://127.0.0.1:\(port)") { proxy, log in
+            let error = await #expect(throws: BLIPHandshakeError.self) {
+                try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { _ in }
+            }
+            #expect(error?.status == 502)
+            try await eventually { log.unreachableCount == 1 && log.closedCount == 1 }
+        }
+    }
+}
+
+// MARK: - Support
+
+/// What the proxy reported, for the tests to read.
+final class ProxyEventLog: Sendable {
+    private let events = NIOLockedValueBox([BLIPInspectingProxy.Event]())
+
+    func append(_ event: BLIPInspectingProxy.Event) {
+        self.events.withLockedValue { $0.append(event) }
+    }
+
+    private var all: [BLIPInspectingProxy.Event] { self.events.withLockedValue { $0 } }
+
+    func messages(_ direction: BLIPInspectingProxy.Direction) -> [BLIPTrafficDecoder.Message] {
+        self.all.compactMap {
+            if case .message(direction, let message, _) = $0.kind { return message }
+            return nil
+        }
+    }
+
+    var closedCount: Int {
+        self.all.filter {
+            if case .closed = $0.kind { return true }
+            return false
+        }.count
+    }
+
+    var unreachableCount: Int {
+        self.all.filter {
+            if case .upstreamUnreachable = $0.kind { return true }
+            return false
+        }.count
+    }
+
+    var ackCount: Int {
+        self.all.filter {
+            if case .ack = $0.kind { return true }
+            return false
+        }.count
+    }
+
+    var handshakeStatuses: [Int] {
+        self.all.compactMap {
+            if case .handshake(_, let response, _) = $0.kind { return response.status }
+            return nil
+        }
+    }
+
+    var stoppedDecoding: [(BLIPInspectingProxy.Direction, String)] {
+        self.all.compactMap {
+            if case .decodingStopped(let direction, let reason) = $0.kind { return (direction, reason) }
+            return nil
+        }
+    }
+
+    var closeCodes: [BLIPInspectingProxy.Direction: UInt16] {
+        var codes: [BLIPInspectingProxy.Direction: UInt16] = [:]
+        for event in self.all {
+            if case .control(let direction, .close(let code, _)) = event.kind, codes[direction] == nil {
+                codes[direction] = code
+            }
+        }
+        return codes
+    }
+}
+
+func withProxy<T: Sendable>(
+    upstream: String,
+    capture: String? = nil,
+    configure: (inout BLIPInspectingProxy.Configuration) -> Void = { _ in },
+    _ body: (BLIPInspectingProxy, ProxyEventLog) async throws -> T
+) async throws -> T {
+    var configuration = BLIPInspectingProxy.Configuration(upstream: try #require(BLIPWebSocketURL(upstream)))
+    configuration.port = 0
+    configuration.captureDirectory = capture
+    configure(&configuration)
+    let log = ProxyEventLog()
+    let proxy = try await BLIPInspectingProxy.start(configuration: configuration) { log.append($0) }
+    do {
+        let result = try await body(proxy, log)
+        await proxy.shutdown()
+        return result
+    } catch {
+        await proxy.shutdown()
+        throw error
+    }
+}
+
+/// The frames of the one connection captured under `folder`, per direction, in order.
+struct CapturedFrames: Equatable {
+    var c2s: [ByteBuffer] = []
+    var s2c: [ByteBuffer] = []
+}
+
+func frames(under folder: String) throws -> CapturedFrames {
+    let manager = FileManager.default
+    guard let connection = try manager.contentsOfDirectory(atPath: folder).first(where: { $0.hasPrefix("connection-") })
+    else { return CapturedFrames() }
+    let directory = "\(folder)/\(connection)"
+    var result = CapturedFrames()
+    let names = try manager.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".bin") }.sorted()
+    for name in names {
+        let bytes = ByteBuffer(bytes: try Data(contentsOf: URL(fileURLWithPath: "\(directory)/\(name)")))
+        if name.contains("-c2s-") { result.c2s.append(bytes) } else { result.s2c.append(bytes) }
+    }
+    return result
+}
+
+func fixtureFrame(_ path: String) throws -> ByteBuffer {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    return ByteBuffer(bytes: try Data(contentsOf: root.appendingPathComponent("Fixtures/\(path)")))
+}
+
+func sha256(_ buffer: ByteBuffer) -> String {
+    SHA256.hash(data: Array(buffer.readableBytesView)).map { String(format: "%02x", $0) }.joined()
+}
+
+struct TemporaryFolder {
+    let root = FileManager.default.temporaryDirectory.appendingPathComponent("blip-proxy-\(UUID().uuidString)").path
+
+    init() throws {
+        try FileManager.default.createDirectory(atPath: self.root, withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { "\(self.root)/\(name)" }
+
+    func remove() {
+        try? FileManager.default.removeItem(atPath: self.root)
+    }
+}
