@@ -64,6 +64,12 @@ public final class BLIPInspectingProxy: Sendable {
         public var time: Date
         public var kind: Kind
 
+        public init(connection: Int, time: Date, kind: Kind) {
+            self.connection = connection
+            self.time = time
+            self.kind = kind
+        }
+
         public enum Kind: Sendable {
             case accepted(remoteAddress: String)
             /// The upstream answered the client's request (with a 101 or a refusal); `dialect` is what the

@@ -11,8 +11,9 @@ public import NIOCore
 /// inflater's state is lost); callers stop feeding it.
 public final class BLIPTrafficDecoder {
     /// Messages whose last frame has not arrived yet, at most: a peer that opens more is reported as an
-    /// error instead of growing this decoder's memory.
-    public static let maximumMessagesInProgress = 4096
+    /// error instead of growing this decoder's memory (each may hold up to a property block, 100 KiB, until
+    /// its properties are complete).
+    public static let maximumMessagesInProgress = 256
     /// Body bytes kept of each message for ``Message/bodyText`` and ``Message/bodyPrefix``.
     public static let keptBodyBytes = 4096
 

@@ -148,6 +148,32 @@ struct AutobahnClientArgumentTests {
 
 @Suite("blip decode")
 struct DecodeTests {
+    @Test("blip proxy's lines: named properties redacted, JSON fields those of blip decode --json")
+    func proxyLogFormat() throws {
+        let path = fixtures.appendingPathComponent("go-blip/01-request-with-properties/f000-c2s-MSG1.bin").path
+        let frame = ByteBuffer(bytes: try Data(contentsOf: URL(fileURLWithPath: path)))
+        let message = try #require(try BLIPTrafficDecoder(dialect: .blip3).decode(frame).message)
+        let event = BLIPInspectingProxy.Event(
+            connection: 7,
+            time: Date(timeIntervalSince1970: 1_790_000_000.25),
+            kind: .message(.clientToServer, message, duration: .microseconds(1_500))
+        )
+        let text = try #require(
+            ProxyLogFormat(json: false, verbose: false, redactedProperties: ["X-Test"]).line(for: event)
+        )
+        #expect(text.contains("#7 c2s MSG#1 complete") && text.contains("X-Test: (redacted)"))
+        #expect(text.contains("\"Hello, BLIP!\"") && !text.contains("fixture-1"))
+        let line = try #require(ProxyLogFormat(json: true, verbose: false, redactedProperties: []).line(for: event))
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(object["connection"] as? Int == 7 && object["direction"] as? String == "c2s")
+        #expect(object["time"] as? String == "2026-09-21T14:13:20.250000Z")
+        #expect(object["duration_ms"] as? Double == 1.5)
+        let decoded = Dissector(dialect: .blip3, direction: "c2s").decode([("f000", frame)]).messages[0]
+        for key in decoded.keys {
+            #expect("\(object[key] ?? "missing")" == "\(decoded[key]!)", "\(key)")
+        }
+    }
+
     @Test(
         "a capture scenario folder decodes both directions, as the set's manifest says",
         arguments: [

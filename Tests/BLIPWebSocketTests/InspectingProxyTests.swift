@@ -123,21 +123,79 @@ struct InspectingProxyTests {
         }
     }
 
+    @Test("credentials reach the upstream unchanged; the log and the captured handshake show them redacted")
+    func redactedCredentials() async throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let handler: BLIPWebSocketServer.UpgradeHandler = { request in
+            request.basicCredentials.map { $0 == ("alice", "s3cret") } == true
+                ? .accept() : .unauthorized(realm: "sync")
+        }
+        try await withServer(upgradeHandler: handler) { server in
+            try await withProxy(
+                upstream: "ws://127.0.0.1:\(server.port)",
+                capture: folder.path("proxy"),
+                configure: { $0.redactedHeaders = BLIPInspectingProxy.Configuration.credentialHeaders }
+            ) { proxy, log in
+                try await BLIPWebSocketClient.connect(to: "ws://alice:s3cret@127.0.0.1:\(proxy.port)/db") {
+                    connection in
+                    _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "in"))
+                }
+                try await eventually { log.closedCount == 1 }
+                let request = try #require(log.handshakeRequests.first)
+                #expect(request["Authorization"] == "(redacted)")
+                let connection = try #require(
+                    try FileManager.default.contentsOfDirectory(atPath: folder.path("proxy")).first
+                )
+                let captured = try String(
+                    contentsOfFile: folder.path("proxy/\(connection)/handshake-request.txt"),
+                    encoding: .utf8
+                )
+                #expect(captured.contains("\r\nAuthorization: (redacted)\r\n") && !captured.contains("Basic"))
+            }
+        }
+    }
+
     @Test("a frame that cannot be decoded is reported once per direction, and the relay goes on unchanged")
     func decodingErrorDoesNotDisturbTheRelay() async throws {
+        let first = try fixtureFrame("go-blip/01-request-with-properties/f000-c2s-MSG1.bin")
+        // The first frame of a connection decodes; sent again, its checksum no longer matches the running one;
+        // after it, bytes that are not BLIP at all.
+        let log = try await echoThroughProxy([first, first, ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF])])
+        #expect(log.messages(.clientToServer).map(\.number) == [1])
+        #expect(log.messages(.serverToClient).map(\.number) == [1])
+        let stopped = log.stoppedDecoding
+        #expect(stopped.map(\.0) == [.clientToServer, .serverToClient])
+        #expect(stopped.allSatisfy { $0.1.lowercased().contains("checksum") || $0.1.lowercased().contains("crc") })
+    }
+
+    @Test("a message over the decoding budget stops that direction's decoding; the relay carries it unchanged")
+    func messageOverBudget() async throws {
+        let first = try fixtureFrame("go-blip/01-request-with-properties/f000-c2s-MSG1.bin")
+        let log = try await echoThroughProxy([first, pattern(64 * 1_024), pattern(10)]) {
+            $0.maximumMessageSize = 1_024
+        }
+        #expect(log.messages(.clientToServer).count == 1)
+        let stopped = log.stoppedDecoding
+        #expect(stopped.map(\.0) == [.clientToServer, .serverToClient])
+        #expect(stopped.allSatisfy { $0.1.contains("1024-byte budget") }, "\(stopped)")
+    }
+
+    /// Sends each message through a proxy to a server that echoes every WebSocket message (negotiating BLIP 3
+    /// without speaking it), checks each echo arrived unchanged, closes, and returns the proxy's log.
+    private func echoThroughProxy(
+        _ messages: [ByteBuffer],
+        configure: @Sendable (inout BLIPInspectingProxy.Configuration) -> Void = { _ in }
+    ) async throws -> ProxyEventLog {
         var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.rawEndpoint = .always
         configuration.rawEndpointMode = .echo
-        let first = try fixtureFrame("go-blip/01-request-with-properties/f000-c2s-MSG1.bin")
-        try await withServer(configuration) { server in
-            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)") { proxy, log in
+        return try await withServer(configuration) { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)", configure: configure) { proxy, log in
                 let raw = try await BLIPRawWebSocket.connect(
                     to: "ws://127.0.0.1:\(proxy.port)/",
                     subprotocols: ["BLIP_3+CBMobile_3"]
                 )
-                // The first frame of a connection decodes; sent again, its checksum no longer matches the
-                // running one; after it, bytes that are not BLIP at all.
-                let messages = [first, first, ByteBuffer(bytes: [0xFF, 0xFF, 0xFF, 0xFF, 0xFF])]
                 for message in messages {
                     raw.send(message)
                     let echo = try await raw.receive()
@@ -146,14 +204,43 @@ struct InspectingProxyTests {
                 raw.close()
                 await raw.waitUntilClosed()
                 try await eventually { log.closedCount == 1 }
-                #expect(log.messages(.clientToServer).map(\.number) == [1])
-                #expect(log.messages(.serverToClient).map(\.number) == [1])
-                let stopped = log.stoppedDecoding
-                #expect(stopped.map(\.0) == [.clientToServer, .serverToClient])
-                #expect(
-                    stopped.allSatisfy { $0.1.lowercased().contains("checksum") || $0.1.lowercased().contains("crc") }
-                )
+                return log
             }
+        }
+    }
+
+    @Test("a request head that does not end within the budget gets a 400 and the connection closes")
+    func requestHeadOverBudget() async throws {
+        try await withServer { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)") { proxy, log in
+                let client = try await RawTCPClient.connect(port: proxy.port)
+                try await client.send(
+                    Array("GET / HTTP/1.1\r\nX-Filler: ".utf8) + Array(repeating: UInt8(ascii: "a"), count: 20_000)
+                )
+                let close = try #require(await client.serverClose(within: .seconds(20)))
+                #expect(String(decoding: close.bytes, as: UTF8.self).hasPrefix("HTTP/1.1 400 Bad Request\r\n"))
+                try await eventually { log.closedCount == 1 }
+                #expect(server.openConnectionCount == 0)
+            }
+        }
+    }
+
+    @Test("a peer opening more messages than the decoder follows at once is reported, not buffered")
+    func tooManyMessagesInProgress() throws {
+        let decoder = BLIPTrafficDecoder(dialect: .blip2)
+        func firstFrame(_ number: UInt64) throws -> ByteBuffer {
+            var frame = ByteBuffer()
+            _ = try BLIPFrameHeader(messageNumber: number, type: .request, flags: .moreComing)
+                .write(to: &frame, dialect: .blip2)
+            frame.writeBytes([0x00, 0x78])  // no properties, one body byte
+            return frame
+        }
+        for number in 1...UInt64(BLIPTrafficDecoder.maximumMessagesInProgress) {
+            #expect(try decoder.decode(firstFrame(number)).message == nil)
+        }
+        #expect(decoder.incompleteMessages.count == BLIPTrafficDecoder.maximumMessagesInProgress)
+        #expect(throws: BLIPTrafficDecodingError.self) {
+            try decoder.decode(firstFrame(UInt64(BLIPTrafficDecoder.maximumMessagesInProgress) + 1))
         }
     }
 
@@ -277,6 +364,13 @@ final class ProxyEventLog: Sendable {
             if case .ack = $0.kind { return true }
             return false
         }.count
+    }
+
+    var handshakeRequests: [RelayedHTTPHead] {
+        self.all.compactMap {
+            if case .handshake(let request, _, _) = $0.kind { return request }
+            return nil
+        }
     }
 
     var handshakeStatuses: [Int] {
