@@ -75,6 +75,8 @@ struct ProxyCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // Trapped before the listening line goes out: a signal right after it must stop the proxy cleanly.
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         let output = LineOutput()
         let format = ProxyLogFormat(
             json: self.json,
@@ -85,13 +87,13 @@ struct ProxyCommand: AsyncParsableCommand {
             if let line = format.line(for: event) { output.append(line) }
         }
         let scheme = self.tlsCert == nil ? "ws" : "wss"
+        // The port last, as `serve` ends its first line: scripts and tests read it from there.
         FileHandle.standardError.write(
             Data(
-                "blip proxy: listening on \(scheme)://\(proxy.configuration.host):\(proxy.port), relaying to \(self.upstream)\n"
+                "blip proxy: relaying to \(self.upstream), listening on \(scheme)://\(proxy.configuration.host):\(proxy.port)\n"
                     .utf8
             )
         )
-        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         let flushing = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(100))

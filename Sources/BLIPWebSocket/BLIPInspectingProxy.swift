@@ -75,7 +75,8 @@ public final class BLIPInspectingProxy: Sendable {
             /// The upstream answered the client's request (with a 101 or a refusal); `dialect` is what the
             /// connection is decoded as, nil when it is not (a refusal, an unknown subprotocol).
             case handshake(request: RelayedHTTPHead, response: RelayedHTTPHead, dialect: BLIPDialect?)
-            /// The upstream could not be reached; the client got a 502.
+            /// The upstream could not be reached, or failed before it answered (its TLS handshake); the
+            /// client got a 502.
             case upstreamUnreachable(String)
             /// A message's last frame passed; `duration` is the time since its first frame passed.
             case message(Direction, BLIPTrafficDecoder.Message, duration: TimeAmount)
@@ -146,9 +147,10 @@ public final class BLIPInspectingProxy: Sendable {
                     inspector: inspector,
                     upstream: configuration.upstream,
                     upstreamTLS: upstreamTLS.map { ($0, configuration.upstreamTLS) },
-                    configuration: configuration
+                    configuration: configuration,
+                    connections: connections
                 )
-                connections.add(channel, id: id)
+                connections.add(channel)
                 do {
                     let sync = channel.pipeline.syncOperations
                     if let serverTLS { try sync.addHandler(NIOSSLServerHandler(context: serverTLS)) }
@@ -163,24 +165,32 @@ public final class BLIPInspectingProxy: Sendable {
         return BLIPInspectingProxy(configuration: configuration, channel: channel, connections: connections)
     }
 
-    /// Stops listening and closes every relayed connection (both sockets) at once.
+    /// Stops listening and closes every relayed connection (both sockets) at once; returns when they are
+    /// closed and their last events reported.
     public func shutdown() async {
         try? await self.channel.close()
-        for channel in self.connections.all { try? await channel.close() }
+        let channels = self.connections.all
+        for channel in channels { channel.close(promise: nil) }
+        for channel in channels { try? await channel.closeFuture.get() }
     }
 }
 
-/// The client-side channels of the connections being relayed, for shutdown.
+/// The channels of the connections being relayed, both sides, for shutdown.
 final class ProxiedConnections: Sendable {
-    private let channels = NIOLockedValueBox([Int: any Channel]())
+    private let channels = NIOLockedValueBox([ObjectIdentifier: any Channel]())
+    private let clients = NIOLockedValueBox(0)
 
-    func add(_ channel: any Channel, id: Int) {
-        self.channels.withLockedValue { $0[id] = channel }
+    func add(_ channel: any Channel, isClient: Bool = true) {
+        let key = ObjectIdentifier(channel)
+        self.channels.withLockedValue { $0[key] = channel }
+        if isClient { self.clients.withLockedValue { $0 += 1 } }
         channel.closeFuture.whenComplete { _ in
-            _ = self.channels.withLockedValue { $0.removeValue(forKey: id) }
+            _ = self.channels.withLockedValue { $0.removeValue(forKey: key) }
+            if isClient { self.clients.withLockedValue { $0 -= 1 } }
         }
     }
 
     var all: [any Channel] { self.channels.withLockedValue { Array($0.values) } }
-    var count: Int { self.channels.withLockedValue { $0.count } }
+    /// Client connections open.
+    var count: Int { self.clients.withLockedValue { $0 } }
 }

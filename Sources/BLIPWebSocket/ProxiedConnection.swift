@@ -14,6 +14,7 @@ final class ProxiedConnection {
     private let upstream: BLIPWebSocketURL
     private let upstreamTLS: (NIOSSLContext, BLIPWebSocketClient.TLS)?
     private let configuration: BLIPInspectingProxy.Configuration
+    private let connections: ProxiedConnections
     private var state = State.readingHead(ByteBuffer())
     private var clientOpen = true
     private var upstreamOpen = false
@@ -31,8 +32,10 @@ final class ProxiedConnection {
         inspector: ConnectionInspector,
         upstream: BLIPWebSocketURL,
         upstreamTLS: (NIOSSLContext, BLIPWebSocketClient.TLS)?,
-        configuration: BLIPInspectingProxy.Configuration
+        configuration: BLIPInspectingProxy.Configuration,
+        connections: ProxiedConnections
     ) {
+        self.connections = connections
         self.inspector = inspector
         self.upstream = upstream
         self.upstreamTLS = upstreamTLS
@@ -130,6 +133,7 @@ final class ProxiedConnection {
         let bound = NIOLoopBound(self, eventLoop: eventLoop)
         let tls = self.upstreamTLS
         let host = self.upstream.host
+        let connections = self.connections
         ClientBootstrap(group: eventLoop)
             .connectTimeout(self.configuration.connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -144,6 +148,7 @@ final class ProxiedConnection {
                     handler.connection = bound.value
                     try channel.pipeline.syncOperations.addHandler(handler)
                     bound.value.upstreamHandler = handler
+                    connections.add(channel, isClient: false)
                     return channel.eventLoop.makeSucceededVoidFuture()
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
@@ -193,6 +198,15 @@ final class ProxiedConnection {
             + "Connection: close\r\n\r\n\(body)"
         self.clientHandler.write(ByteBuffer(string: response))
         self.clientHandler.closeAfterWrites()
+    }
+
+    /// A side's channel failed. An upstream failing before it answered anything (a TLS handshake that its
+    /// certificate fails, say) is the proxy's to answer, as when it cannot be reached.
+    func failed(_ side: RelayHandler.Side, _ error: any Error) {
+        guard side == .upstream, case .relaying = self.state, self.inspector.bytesFromServer == 0 else { return }
+        let reason = "the connection to \(self.upstream) failed before it answered: \(error)"
+        self.inspector.emit(.upstreamUnreachable(reason))
+        self.refuse(status: "502 Bad Gateway", "blip proxy: \(reason)")
     }
 
     func closed(_ side: RelayHandler.Side) {
@@ -268,6 +282,7 @@ final class RelayHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.connection?.failed(self.side, error)
         context.close(promise: nil)
     }
 

@@ -21,21 +21,33 @@ final class ServerProcess: @unchecked Sendable {  // lets only; Process is safe 
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
     }
 
-    /// Starts `blip serve --port 0` with at most `fileLimit` descriptors and reads its port. `arguments`
-    /// are added to serve's.
-    init(_ executable: URL, fileLimit: Int = 1024, arguments: [String] = []) throws {
+    /// Starts `blip serve --port 0` (or `command`) with at most `fileLimit` descriptors and reads its port
+    /// from its first line. `arguments` are added to the command's. `blip proxy` says where it listens on
+    /// standard error (its standard output is the traffic log, which then goes to the log file).
+    init(
+        _ executable: URL,
+        fileLimit: Int = 1024,
+        command: [String] = ["serve", "--port", "0"],
+        arguments: [String] = [],
+        announcesOnStandardError: Bool = false
+    ) throws {
         self.log = FileManager.default.temporaryDirectory.appendingPathComponent("blip-serve-\(UUID().uuidString).log")
         _ = FileManager.default.createFile(atPath: self.log.path, contents: nil)
         self.process.executableURL = URL(fileURLWithPath: "/bin/sh")
         self.process.arguments =
-            ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable.path, "serve", "--port", "0"] + arguments
+            ["-c", "ulimit -n \(fileLimit) && exec \"$0\" \"$@\"", executable.path] + command + arguments
         // Under `swift test --enable-code-coverage` the child would write its own profile beside the tests'.
         self.process.environment = ProcessInfo.processInfo.environment.merging(["LLVM_PROFILE_FILE": "/dev/null"]) {
             $1
         }
         let output = Pipe()
-        self.process.standardOutput = output
-        self.process.standardError = try FileHandle(forWritingTo: self.log)
+        if announcesOnStandardError {
+            self.process.standardError = output
+            self.process.standardOutput = try FileHandle(forWritingTo: self.log)
+        } else {
+            self.process.standardOutput = output
+            self.process.standardError = try FileHandle(forWritingTo: self.log)
+        }
         try self.process.run()
         // The first line says where it listens (blip bench --self reads it the same way).
         var line = Data()
@@ -62,12 +74,25 @@ final class ServerProcess: @unchecked Sendable {  // lets only; Process is safe 
 
     /// Starts the server on a Dispatch thread: starting waits for the child's first line, which would hold one
     /// of the two threads of Swift concurrency on a two-core machine (every suite's tasks share them).
-    static func start(_ executable: URL, fileLimit: Int = 1024, arguments: [String] = []) async throws -> ServerProcess
-    {
+    static func start(
+        _ executable: URL,
+        fileLimit: Int = 1024,
+        command: [String] = ["serve", "--port", "0"],
+        arguments: [String] = [],
+        announcesOnStandardError: Bool = false
+    ) async throws -> ServerProcess {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(
-                    with: Result { try ServerProcess(executable, fileLimit: fileLimit, arguments: arguments) }
+                    with: Result {
+                        try ServerProcess(
+                            executable,
+                            fileLimit: fileLimit,
+                            command: command,
+                            arguments: arguments,
+                            announcesOnStandardError: announcesOnStandardError
+                        )
+                    }
                 )
             }
         }

@@ -280,11 +280,7 @@ struct InspectingProxyTests {
 
     @Test("TLS on both sides: the proxy terminates the client's and speaks TLS upstream")
     func tlsBothSides() async throws {
-        let chain = try TestCertificateChain.make()
-        defer { chain.remove() }
-        var serverConfiguration = BLIPWebSocketServer.Configuration.forTests
-        serverConfiguration.tls = .init(certificateChainPath: chain.certificatePath, privateKeyPath: chain.keyPath)
-        try await withServer(serverConfiguration) { server in
+        try await withTLSServer { chain, server in
             var upstreamTLS = BLIPWebSocketClient.TLS()
             upstreamTLS.trustRoots = .pemFile(chain.caPath)
             try await withProxy(
@@ -307,6 +303,30 @@ struct InspectingProxyTests {
                 #expect(log.messages(.clientToServer).first?.bodyText == "over TLS")
             }
         }
+    }
+
+    @Test("an upstream whose certificate is not trusted: the client gets a 502 that says so")
+    func untrustedUpstream() async throws {
+        try await withTLSServer { _, server in
+            try await withProxy(upstream: "wss://127.0.0.1:\(server.port)") { proxy, log in
+                let error = await #expect(throws: BLIPHandshakeError.self) {
+                    try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { _ in }
+                }
+                #expect(error?.status == 502 && error?.bodyText.contains("failed before it answered") == true)
+                try await eventually { log.unreachableCount == 1 && log.closedCount == 1 }
+            }
+        }
+    }
+
+    /// A wss:// server with a certificate for 127.0.0.1 from a CA made for the test.
+    private func withTLSServer(
+        _ body: @Sendable (TestCertificateChain, BLIPWebSocketServer) async throws -> Void
+    ) async throws {
+        let chain = try TestCertificateChain.make()
+        defer { chain.remove() }
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.tls = .init(certificateChainPath: chain.certificatePath, privateKeyPath: chain.keyPath)
+        try await withServer(configuration) { server in try await body(chain, server) }
     }
 
     @Test("an upstream that cannot be reached: the client gets a 502, the log says why")
