@@ -538,6 +538,10 @@ struct StalledPeerTests {
         configuration.subprotocols = dialect.testSubprotocol.map { [$0] } ?? []
         configuration.usesSeedDialect = dialect == .seed
         configuration.heartbeatInterval = nil
+        // 60 s, not the default 30: this test starts with every suite at once on two cores, and its
+        // handshake has once waited past 30 s there (CI, 2026-11-24). The test is about the body, not the
+        // handshake; a hang is still caught.
+        configuration.handshakeTimeout = .seconds(60)
         let transport = try await BLIPWebSocketClient.openTransport(
             to: "ws://127.0.0.1:\(server.port)/",
             configuration: configuration
