@@ -52,7 +52,7 @@ public final class BLIPTrafficDecoder {
         /// The body's first bytes (at most ``BLIPTrafficDecoder/keptBodyBytes``).
         public var bodyPrefix: ByteBuffer
         public var frameCount: Int
-        /// When the first frame was decoded, by ``NIODeadline/now()``.
+        /// When the first frame was decoded, by `NIODeadline.now()`.
         public var started: NIODeadline
     }
 
