@@ -177,20 +177,17 @@ public final class BLIPInspectingProxy: Sendable {
 
 /// The channels of the connections being relayed, both sides, for shutdown.
 final class ProxiedConnections: Sendable {
-    private let channels = NIOLockedValueBox([ObjectIdentifier: any Channel]())
-    private let clients = NIOLockedValueBox(0)
+    private let channels = NIOLockedValueBox([ObjectIdentifier: (channel: any Channel, isClient: Bool)]())
 
     func add(_ channel: any Channel, isClient: Bool = true) {
         let key = ObjectIdentifier(channel)
-        self.channels.withLockedValue { $0[key] = channel }
-        if isClient { self.clients.withLockedValue { $0 += 1 } }
+        self.channels.withLockedValue { $0[key] = (channel, isClient) }
         channel.closeFuture.whenComplete { _ in
             _ = self.channels.withLockedValue { $0.removeValue(forKey: key) }
-            if isClient { self.clients.withLockedValue { $0 -= 1 } }
         }
     }
 
-    var all: [any Channel] { self.channels.withLockedValue { Array($0.values) } }
+    var all: [any Channel] { self.channels.withLockedValue { $0.values.map(\.channel) } }
     /// Client connections open.
-    var count: Int { self.clients.withLockedValue { $0 } }
+    var count: Int { self.channels.withLockedValue { $0.values.filter(\.isClient).count } }
 }

@@ -189,9 +189,11 @@ public final class BLIPTrafficDecoder {
 }
 
 extension BLIPTrafficDecoder {
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
     /// Lowercase hex, through a table: per message, `String(_:radix:)` per byte showed in profiles.
     static func hex(_ digest: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
+        let digits = Self.hexDigits
         var bytes: [UInt8] = []
         bytes.reserveCapacity(64)
         for byte in digest {

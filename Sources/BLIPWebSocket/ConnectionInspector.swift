@@ -97,7 +97,7 @@ final class ConnectionInspector {
     }
 
     private func responded(_ response: RelayedHTTPHead, rest: ByteBuffer) {
-        let request = self.request ?? RelayedHTTPHead(startLine: "", fields: [])
+        let request = self.request ?? RelayedHTTPHead(startLine: "", fields: BLIPHTTPFields())
         let upgraded = response.status == 101
         let subprotocol = response["Sec-WebSocket-Protocol"]
         let dialect: BLIPDialect? =

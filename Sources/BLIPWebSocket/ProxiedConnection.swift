@@ -118,7 +118,7 @@ final class ProxiedConnection {
         let defaultPort = self.upstream.isSecure ? 443 : 80
         let host = self.upstream.host.contains(":") ? "[\(self.upstream.host)]" : self.upstream.host
         let authority = self.upstream.port == defaultPort ? host : "\(host):\(self.upstream.port)"
-        head.fields = head.fields.map { $0.name.lowercased() == "host" ? ($0.name, authority) : $0 }
+        head = head.replacingValues(of: ["Host"], with: authority)
         let prefix = String(self.upstream.target.prefix { $0 != "?" })
         if prefix != "/", let target = head.target {
             let parts = head.startLine.split(separator: " ", maxSplits: 2)

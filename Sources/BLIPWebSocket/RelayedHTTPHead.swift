@@ -6,7 +6,7 @@ internal import NIOCore
 public struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
     /// `GET /path HTTP/1.1` or `HTTP/1.1 101 Switching Protocols`.
     public var startLine: String
-    public var fields: [(name: String, value: String)]
+    public var fields: BLIPHTTPFields
 
     /// The response's status code (nil for a request or an unreadable status line).
     public var status: Int? {
@@ -24,32 +24,29 @@ public struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
 
     /// The first value of a field, by case-insensitive name.
     public subscript(name: String) -> String? {
-        self.fields.first { $0.name.caseInsensitiveEquals(name) }?.value
+        self.fields.first(name)
     }
 
     /// The head with the values of the named fields (case-insensitive) replaced by `(redacted)`.
     public func redacting(_ names: Set<String>) -> RelayedHTTPHead {
+        self.replacingValues(of: names, with: "(redacted)")
+    }
+
+    /// The head with the value of each field named in `names` (case-insensitive) replaced in place.
+    func replacingValues(of names: Set<String>, with value: String) -> RelayedHTTPHead {
         let lowercased = Set(names.map { $0.lowercased() })
         var copy = self
-        copy.fields = self.fields.map { lowercased.contains($0.name.lowercased()) ? ($0.name, "(redacted)") : $0 }
+        copy.fields = BLIPHTTPFields(
+            self.fields.map {
+                lowercased.contains($0.name.lowercased()) ? BLIPHTTPFields.Field(name: $0.name, value: value) : $0
+            }
+        )
         return copy
     }
 
     /// The head as text, CRLF line ends and the blank line included.
     public var description: String {
         ([self.startLine] + self.fields.map { "\($0.name): \($0.value)" }).joined(separator: "\r\n") + "\r\n\r\n"
-    }
-
-    public static func == (lhs: Self, rhs: Self) -> Bool {
-        lhs.startLine == rhs.startLine && lhs.fields.elementsEqual(rhs.fields) { $0 == $1 }
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(self.startLine)
-        for field in self.fields {
-            hasher.combine(field.name)
-            hasher.combine(field.value)
-        }
     }
 
     /// Where a head ends in `buffer`: the head and its length in bytes, or nil while its blank line has not
@@ -66,16 +63,14 @@ public struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
                 let line = Substring(String(decoding: bytes[lineStart..<end], as: UTF8.self))
                 if line.isEmpty {
                     guard let startLine = lines.first else { throw RelayedHTTPHeadError("an empty start line") }
-                    var fields: [(name: String, value: String)] = []
+                    var fields = BLIPHTTPFields()
                     for field in lines.dropFirst() {
                         guard let colon = field.firstIndex(of: ":") else {
                             throw RelayedHTTPHeadError("a header line without a colon")
                         }
-                        fields.append(
-                            (
-                                String(field[..<colon]),
-                                String(field[field.index(after: colon)...].drop { $0 == " " || $0 == "\t" })
-                            )
+                        fields.add(
+                            name: String(field[..<colon]),
+                            value: String(field[field.index(after: colon)...].drop { $0 == " " || $0 == "\t" })
                         )
                     }
                     return (Self(startLine: String(startLine), fields: fields), index + 1 - bytes.startIndex)
@@ -97,11 +92,5 @@ struct RelayedHTTPHeadError: Error, CustomStringConvertible {
 
     init(_ description: String) {
         self.description = description
-    }
-}
-
-extension String {
-    fileprivate func caseInsensitiveEquals(_ other: String) -> Bool {
-        self.count == other.count && self.lowercased() == other.lowercased()
     }
 }
