@@ -220,15 +220,8 @@ struct HummingbirdMountTests {
                     // Answered after the server has `slow` (frames are read in order).
                     _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "before"))
                     await server.group.triggerGracefulShutdown()
-                    var refusal: BLIPError?
-                    try await eventually {
-                        do {
-                            _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
-                            return false
-                        } catch let error as BLIPError {
-                            refusal = error
-                            return true
-                        }
+                    let refusal = try await eventuallyThrown(BLIPError.self) {
+                        _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
                     }
                     #expect(refusal?.code == .busy)
                     gate.open()

@@ -15,3 +15,26 @@ public func eventually(
         try await Task.sleep(for: .milliseconds(10))
     }
 }
+
+/// Repeats `operation` (every 10 ms for up to 20 s, as ``eventually(_:sourceLocation:)``) until it throws an `E`,
+/// and returns that error: nil, with an issue recorded, if it never does. Other errors are rethrown.
+public func eventuallyThrown<E: Error>(
+    _ type: E.Type,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ operation: () async throws -> Void
+) async throws -> E? {
+    var thrown: E?
+    try await eventually(
+        {
+            do {
+                try await operation()
+                return false
+            } catch let error as E {
+                thrown = error
+                return true
+            }
+        },
+        sourceLocation: sourceLocation
+    )
+    return thrown
+}

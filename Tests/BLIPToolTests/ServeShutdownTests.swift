@@ -45,18 +45,9 @@ struct ServeShutdownTests {
 
                 kill(server.processID, SIGTERM)
                 // Draining starts when the process handles the signal: until then an echo still succeeds.
-                var refusal: BLIPError?
-                try await eventually {
-                    do {
-                        _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "late?"))
-                        return false
-                    } catch let error as BLIPError {
-                        refusal = error
-                        return true
-                    } catch {
-                        Issue.record("unexpected \(error)")
-                        return true
-                    }
+                // Any other error fails the test.
+                let refusal = try await eventuallyThrown(BLIPError.self) {
+                    _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "late?"))
                 }
                 #expect(refusal?.code == .busy && refusal?.domain == .blip)
                 #expect(!connection.isClosed)

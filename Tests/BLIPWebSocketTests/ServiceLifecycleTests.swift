@@ -65,15 +65,8 @@ struct ServiceLifecycleTests {
                     _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "before"))
 
                     trigger.triggerGracefulShutdown()
-                    var refusal: BLIPError?
-                    try await eventually {
-                        do {
-                            _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
-                            return false
-                        } catch let error as BLIPError {
-                            refusal = error
-                            return true
-                        }
+                    let refusal = try await eventuallyThrown(BLIPError.self) {
+                        _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
                     }
                     #expect(refusal?.code == .busy)
                     // The listener is closed: a new client cannot connect.
