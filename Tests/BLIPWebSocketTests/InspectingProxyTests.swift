@@ -244,6 +244,44 @@ struct InspectingProxyTests {
         }
     }
 
+    @Test("the server closing with a code: the client's pending request fails with that code, through the proxy")
+    func serverCloseReachesTheClient() async throws {
+        try await withServer(router: CloseStatusOverWebSocketTests.router()) { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)") { proxy, log in
+                let error = await #expect(throws: BLIPConnectionError.self) {
+                    try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { connection in
+                        let held = Task { try await connection.sendRequest(BLIPRequest(profile: "hold")) }
+                        try await connection.sendNoReply(BLIPRequest(profile: "kick", text: "session revoked"))
+                        _ = try await held.value
+                    }
+                }
+                let status = try #require(error?.closeStatus)
+                #expect(status.code == 4001 && status.reason == "session revoked" && status.initiator == .peer)
+                try await eventually { log.closedCount == 1 }
+                #expect(log.closeCodes[.serverToClient] == 4001)
+            }
+        }
+    }
+
+    @Test("a client that drops its socket without a close frame: the proxy closes the upstream connection")
+    func clientDropClosesTheUpstream() async throws {
+        try await withServer { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)") { proxy, log in
+                let client = try await RawTCPClient.connect(port: proxy.port)
+                var request = "GET /db HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                request += "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                request += "Sec-WebSocket-Protocol: BLIP_3+CBMobile_3\r\n\r\n"
+                try await client.send(Array(request.utf8))
+                let head = try #require(await client.received(through: "\r\n\r\n", within: .seconds(20)))
+                #expect(String(decoding: head, as: UTF8.self).hasPrefix("HTTP/1.1 101 "))
+                try await eventually { server.openConnectionCount == 1 }
+                await client.close()
+                try await eventually { server.openConnectionCount == 0 && log.closedCount == 1 }
+                #expect(proxy.openConnectionCount == 0)
+            }
+        }
+    }
+
     @Test("many clients at once through one proxy")
     func concurrentConnections() async throws {
         try await withServer { server in
