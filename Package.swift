@@ -99,6 +99,8 @@ let package = Package(
                 "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, nioSOCKS,
                 crypto, x509, asn1, logging, deque, serviceLifecycle,
             ],
+            // The browser client, compiled into the library (no bundle to find at run time).
+            resources: [.embedInCode("Resources/blip.js"), .embedInCode("Resources/blip.d.ts")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -116,6 +118,7 @@ let package = Package(
                 unixSignals,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
+            resources: [.embedInCode("Resources/web-demo.html")],
             swiftSettings: swiftSettings
         ),
         // libFuzzer entry points; a normal build replays the corpus (see Docs/Testing.md).

@@ -3,7 +3,7 @@
 # ThreadSanitizer makes code 5-15 times slower. Run all at once on two cores, the suites ran past their time
 # limits (a test's limit counts while every other test competes with it), so here at most
 # BLIP_TSAN_WIDTH tests (default 4) run at a time, and the tests that only move volume (tens of MiB, ten
-# thousand requests, a benchmark) are left to the normal test job: what they exercise for races, the
+# thousand requests, a benchmark, the browser's 64 MiB each way) are left to the normal test job: what they exercise for races, the
 # small tests exercise too. The seeded engine sessions are cut to BLIP_SIMULATION_SESSIONS (default 400):
 # the engine has no threads of its own, and its 10 000 sessions run in the normal test job.
 set -euo pipefail
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 export BLIP_SIMULATION_SESSIONS="${BLIP_SIMULATION_SESSIONS:-400}"
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${BLIP_TSAN_WIDTH:-4}"
 volume='StreamedReplyOverSocketTests|StreamingOverSocketTests|BenchWorkloadTests|HandlerOrderTests/serialOrder'
-volume+='|HostilePeerTests|FileDescriptorLimitTests'
+volume+='|HostilePeerTests|FileDescriptorLimitTests|BrowserChecksTests'
 swift build --build-tests --sanitize=thread --scratch-path .build-tsan
 TSAN_OPTIONS="suppressions=$PWD/.ci/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}" \
     swift test --skip-build --sanitize=thread --scratch-path .build-tsan --skip "${BLIP_TSAN_SKIP:-$volume}" 2>&1 \

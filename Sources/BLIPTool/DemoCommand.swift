@@ -21,7 +21,15 @@ struct DemoCommand: AsyncParsableCommand {
         var detail: String
     }
 
+    @Flag(help: "Serve a page that shows this process and a browser exchanging messages live.") var web = false
+    @Option(help: "With --web: the port to serve on (0 picks a free one).") var port = 4986
+    @Option(help: "With --web: stop after this many seconds (default: run until interrupted).") var seconds: Double?
+
     func run() async throws {
+        if self.web {
+            return try await WebDemo(port: self.port, duration: self.seconds.map { .milliseconds(Int64($0 * 1000)) })
+                .run()
+        }
         var logger = Logger(label: "blip.demo")
         logger.logLevel = .warning
         let notes = AsyncStream.makeStream(of: String.self)

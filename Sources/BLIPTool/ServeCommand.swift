@@ -12,7 +12,12 @@ internal import UnixSignals
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Serve the standard test profiles (echo, sink, source, error, stats, whoami) over WebSocket."
+        abstract: "Serve the standard test profiles over WebSocket, and optionally a folder of web files.",
+        discussion: """
+            Profiles: echo, sink, source, stream-source, error, stats, whoami, delay (answers after \
+            Milliseconds), call-peer (asks the client Call-Profile and relays its answer), close-connection \
+            (closes with Close-Code and Close-Reason). Others get ERR BLIP/404.
+            """
     )
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
@@ -50,6 +55,16 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
     @Option(help: "On SIGTERM or SIGINT, how many seconds connections get to finish what is in flight before closing.")
     var drainTimeout = 10.0
+    @Option(
+        name: .customLong("static"),
+        help: ArgumentHelp(
+            "Serve this folder's files (and the browser client at /_blip/blip.js) to plain HTTP requests on the same port.",
+            valueName: "dir"
+        )
+    )
+    var staticDirectory: String?
+    @Flag(help: "Serve the --static files to other machines too (default: to this machine only).")
+    var staticRemote = false
     @Flag(help: "Log every message.") var verbose = false
 
     func validate() throws {
@@ -67,6 +82,9 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if let credentials = self.requireBasic, BasicAuthentication(credentials) == nil {
             throw ValidationError("--require-basic is user:password, with a non-empty user name and no colon in it")
+        }
+        if self.staticRemote && self.staticDirectory == nil {
+            throw ValidationError("--static-remote needs --static")
         }
         if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
         if !(self.drainTimeout >= 0 && self.drainTimeout <= 86_400) {
@@ -105,6 +123,9 @@ struct ServeCommand: AsyncParsableCommand {
                 configuration.tls?.clientCertificates = .required(trustRootsPath: authority)
             }
         }
+        if let directory = self.staticDirectory {
+            configuration.staticFiles = BLIPStaticFiles(directory: directory, servesRemoteClients: self.staticRemote)
+        }
         let profiles = StandardProfiles()
         var router = BLIPRouter()
         router.register(profiles)
@@ -117,6 +138,9 @@ struct ServeCommand: AsyncParsableCommand {
         let scheme = self.tlsCert == nil ? "ws" : "wss"
         // Scripts (and `blip bench --self`) read this line to learn the port.
         print("blip: listening on \(scheme)://\(self.host):\(server.port)\(self.path ?? "/")")
+        if self.staticDirectory != nil {
+            print("blip: serving files at \(self.tlsCert == nil ? "http" : "https")://\(self.host):\(server.port)/")
+        }
         fflush(nil)
 
         let connectionLogger = logger

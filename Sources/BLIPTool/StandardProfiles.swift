@@ -94,6 +94,26 @@ final class StandardProfiles: BLIPService {
                 message: request.properties["Want-Error-Message"] ?? "conflict"
             )
         }
+        router.register(profile: "delay") { request, _ in
+            let milliseconds = Int(request.properties["Milliseconds"] ?? "0") ?? -1
+            guard (0...60_000).contains(milliseconds) else {
+                throw BLIPError(code: .badRequest, message: "Milliseconds must be 0 to 60000")
+            }
+            try await Task.sleep(for: .milliseconds(milliseconds))
+            return BLIPResponse()
+        }
+        router.register(profile: "call-peer") { request, context in
+            try await Self.callPeer(request, context)
+        }
+        router.register(profile: "close-connection") { request, context in
+            let code = BLIPCloseCode(rawValue: UInt16(request.properties["Close-Code"] ?? "1000") ?? 0)
+            guard code.isSendable else {
+                throw BLIPError(code: .badRequest, message: "Close-Code must be a code a close frame may carry")
+            }
+            // Returns once closed: the reply is never sent, and the client's pending requests fail with the code.
+            await context.connection.close(code: code, reason: request.properties["Close-Reason"] ?? "")
+            return BLIPResponse()
+        }
         router.register(profile: "whoami") { _, context in
             BLIPResponse(text: context.identity.map { "\($0)" } ?? "")
         }
@@ -104,6 +124,28 @@ final class StandardProfiles: BLIPService {
             let json = try encoder.encode(self.counters.withLockedValue { $0 })
             return BLIPResponse(properties: ["Content-Type": "application/json"], body: ByteBuffer(bytes: json))
         }
+    }
+
+    /// `call-peer`: the server asks the client something (the profile in `Call-Profile`, the same body,
+    /// `Call-Property-X` as `X`, urgent with `Call-Urgent: yes`) and answers with the client's reply, or
+    /// with its ERR; how the browser tests check a page's handlers.
+    private static func callPeer(_ request: BLIPRequest, _ context: BLIPRequestContext) async throws -> BLIPResponse {
+        guard let profile = request.properties["Call-Profile"] else {
+            throw BLIPError(code: .badRequest, message: "Call-Profile is missing")
+        }
+        let prefix = "Call-Property-"
+        var properties = BLIPProperties()
+        for property in request.properties where property.name.hasPrefix(prefix) && property.name != prefix {
+            properties[String(property.name.dropFirst(prefix.count))] = property.value
+        }
+        let call = BLIPRequest(
+            profile: profile,
+            properties: properties,
+            body: request.body,
+            urgent: request.properties["Call-Urgent"] == "yes"
+        )
+        let reply = try await context.connection.sendRequest(call)
+        return BLIPResponse(properties: reply.properties, body: reply.body)
     }
 
     private func count(_ request: BLIPRequest, _ context: BLIPRequestContext, _ bump: (inout Counters) -> Void) {

@@ -62,6 +62,9 @@ public final class BLIPWebSocketServer: Sendable {
         /// What the raw endpoint does with text messages.
         public var rawEndpointMode = RawEndpointMode.benchmark
         public var connection = BLIPConnection.Configuration()
+        /// Files served to plain HTTP requests on the same port (the browser client module, a web page and
+        /// its assets); nil answers them 426, as a BLIP endpoint does.
+        public var staticFiles: BLIPStaticFiles?
 
         public init() {}
     }
@@ -182,6 +185,7 @@ public final class BLIPWebSocketServer: Sendable {
         let tlsContext = try configuration.tls.map(Self.makeTLSContext)
         let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
         let policy = UpgradePolicy(configuration: configuration)
+        let staticFiles = try configuration.staticFiles.map { try StaticFileResponder($0) }
         let captureCounter = CaptureCounter()
         let rawChannels = RawChannels()
         let settings = UpgradedServerChannel.Settings(
@@ -209,6 +213,7 @@ public final class BLIPWebSocketServer: Sendable {
                     try Self.initialize(
                         channel,
                         policy: policy,
+                        staticFiles: staticFiles,
                         upgradeHandler: upgradeHandler,
                         tlsContext: tlsContext,
                         settings: settings,
@@ -353,6 +358,7 @@ public final class BLIPWebSocketServer: Sendable {
     private static func initialize(
         _ channel: any Channel,
         policy: UpgradePolicy,
+        staticFiles: StaticFileResponder?,
         upgradeHandler: UpgradeHandler?,
         tlsContext: NIOSSLContext?,
         settings: UpgradedServerChannel.Settings,
@@ -437,7 +443,10 @@ public final class BLIPWebSocketServer: Sendable {
             withEncoderConfiguration: HTTPResponseEncoder.Configuration(),
             withDecoderLimitConfiguration: headLimits
         )
-        try sync.addHandler(RefusalHandler(policy: policy, negotiation: negotiation.value), name: "blip-refusal")
+        try sync.addHandler(
+            RefusalHandler(policy: policy, negotiation: negotiation.value, staticFiles: staticFiles),
+            name: "blip-refusal"
+        )
     }
 }
 
@@ -507,18 +516,21 @@ struct UpgradePolicy: Sendable {
 }
 
 /// Answers every request that was not upgraded: 400 for an upgrade request without its key, the policy's
-/// refusal, the upgrade handler's, or 426 for plain HTTP.
+/// refusal, the upgrade handler's, or, for plain HTTP, a static file when the server serves them and 426
+/// otherwise.
 final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
     private let policy: UpgradePolicy
     private let negotiation: UpgradeNegotiation
+    private let staticFiles: StaticFileResponder?
     private var head: HTTPRequestHead?
 
-    init(policy: UpgradePolicy, negotiation: UpgradeNegotiation) {
+    init(policy: UpgradePolicy, negotiation: UpgradeNegotiation, staticFiles: StaticFileResponder? = nil) {
         self.policy = policy
         self.negotiation = negotiation
+        self.staticFiles = staticFiles
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -534,6 +546,9 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
             var text = HandshakeRules.notAnUpgradeText
             var headers = HTTPHeaders()
             let isUpgrade = HandshakeRules.isWebSocketUpgrade(head.headers["Upgrade"])
+            if !isUpgrade, let staticFiles = self.staticFiles {
+                return staticFiles.respond(to: head, context: context)
+            }
             if isUpgrade && head.headers["Sec-WebSocket-Key"].count != 1 {
                 status = .badRequest
                 text = HandshakeRules.missingKeyText

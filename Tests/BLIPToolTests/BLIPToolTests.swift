@@ -360,6 +360,82 @@ struct RequestExitCodeTests {
         await server.shutdown()
         await serving
     }
+
+    @Test("delay, call-peer and close-connection: the profiles the browser tests drive")
+    func browserTestProfiles() async throws {
+        var router = BLIPRouter()
+        router.register(StandardProfiles())
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.port = 0
+        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        async let serving: Void = server.run()
+        // The client's own handlers, which call-peer reaches.
+        var clientRouter = BLIPRouter()
+        clientRouter.register(profile: "shout") { request, _ in
+            BLIPResponse(
+                properties: ["Seen-Urgent": "\(request.isUrgent)", "Seen-X": request.properties["X"] ?? "-"],
+                text: String(buffer: request.body).uppercased()
+            )
+        }
+        clientRouter.register(profile: "refuse") { _, _ in
+            throw BLIPError(domain: .http, code: BLIPError.Code(rawValue: 418), message: "no")
+        }
+        let url = "ws://127.0.0.1:\(server.port)/"
+        try await BLIPWebSocketClient.connect(to: url, router: clientRouter) { connection in
+            let delayed = try await connection.sendRequest(
+                BLIPRequest(profile: "delay", properties: ["Milliseconds": "20"])
+            )
+            #expect(delayed.body.readableBytes == 0)
+            await #expect(throws: BLIPError.self) {
+                try await connection.sendRequest(BLIPRequest(profile: "delay", properties: ["Milliseconds": "60001"]))
+            }
+            let call = BLIPRequest(
+                profile: "call-peer",
+                properties: ["Call-Profile": "shout", "Call-Property-X": "y", "Call-Urgent": "yes"],
+                text: "hi"
+            )
+            let shouted = try await connection.sendRequest(call)
+            #expect(String(buffer: shouted.body) == "HI")
+            #expect(shouted.properties["Seen-Urgent"] == "true" && shouted.properties["Seen-X"] == "y")
+            let refused = await #expect(throws: BLIPError.self) {
+                try await connection.sendRequest(
+                    BLIPRequest(profile: "call-peer", properties: ["Call-Profile": "refuse"])
+                )
+            }
+            #expect(refused?.code.rawValue == 418 && refused?.message == "no")
+            // A code a close frame cannot carry is refused, not a crash.
+            await #expect(throws: BLIPError.self) {
+                try await connection.sendRequest(
+                    BLIPRequest(profile: "close-connection", properties: ["Close-Code": "1005"])
+                )
+            }
+        }
+        // The connection ends with the server's 4001, which connect reports once its body is done.
+        let ended = await #expect(throws: BLIPConnectionError.self) {
+            try await BLIPWebSocketClient.connect(to: url) { connection in
+                let pending = Task {
+                    try await connection.sendRequest(
+                        BLIPRequest(profile: "delay", properties: ["Milliseconds": "30000"])
+                    )
+                }
+                let closing = BLIPRequest(
+                    profile: "close-connection",
+                    properties: ["Close-Code": "4001", "Close-Reason": "bye"]
+                )
+                let closed = Task { try await connection.sendRequest(closing) }
+                for result in [await closed.result, await pending.result] {
+                    guard case .failure(let error as BLIPConnectionError) = result else {
+                        Issue.record("expected the close to fail the request, got \(result)")
+                        continue
+                    }
+                    #expect(error.closeStatus?.code == 4001 && error.closeStatus?.reason == "bye")
+                }
+            }
+        }
+        #expect(ended?.closeStatus?.code == 4001)
+        await server.shutdown()
+        await serving
+    }
 }
 
 // On a loaded machine each task hop of a round trip here can wait: the workloads are kept small, and the

@@ -1,0 +1,232 @@
+import BLIP
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import BLIPWebSocket
+
+/// Static files on the BLIP port (``BLIPStaticFiles``): what a request target may name, the answers raw
+/// HTTP clients get over loopback, and every way out of the directory refused.
+@Suite("Static files", .timeLimit(.minutes(3)))
+struct StaticFilesTests {
+    static let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    @Test(
+        "request targets that name a file",
+        arguments: [
+            ("/", ["index.html"]),
+            ("/index.html", ["index.html"]),
+            ("/app.js?v=3#top", ["app.js"]),
+            ("/sub/", ["sub", "index.html"]),
+            ("/sub/a%20b.css", ["sub", "a b.css"]),
+            ("/caf%C3%A9.txt", ["café.txt"]),
+            ("/a..b.js", ["a..b.js"]),
+        ]
+    )
+    func namesAFile(target: String, segments: [String]) {
+        #expect(StaticPath(target: target) == .file(segments))
+    }
+
+    @Test(
+        "request targets that name nothing (404) or are malformed (400)",
+        arguments: [
+            ("/../x", false), ("/a/../x", false), ("/./x", false), ("/.git/config", false), ("/.env", false),
+            ("/a//b", false), ("//etc/passwd", false), ("/%2e%2e/x", false), ("/%2E%2e/x", false),
+            ("/a/%2e%2e/%2e%2e/x", false), ("/%2e/x", false), ("/sub/.hidden/", false),
+            ("x", true), ("", true), ("*", true), ("http://127.0.0.1/x", true), ("/a%2fb", true), ("/a%2Fb", true),
+            ("/..%2fx", true), ("/..%5c..%5cx", true), ("/a%5cb", true), ("/a\\b", true), ("/a%00b", true),
+            ("/x.txt%00.html", true), ("/%zz", true), ("/%2", true), ("/%c0%ae%c0%ae/x", true),
+        ]
+    )
+    func refused(target: String, badRequest: Bool) {
+        #expect(StaticPath(target: target) == .refused(badRequest: badRequest))
+    }
+
+    @Test("the browser client's paths, with or without a query")
+    func browserClientPaths() {
+        #expect(StaticPath(target: "/_blip/blip.js") == .browserClient(module: true))
+        #expect(StaticPath(target: "/_blip/blip.js?v=2") == .browserClient(module: true))
+        #expect(StaticPath(target: "/_blip/blip.d.ts") == .browserClient(module: false))
+        #expect(StaticPath(target: "/_blip/other.js") == .file(["_blip", "other.js"]))
+    }
+
+    @Test("only this machine's addresses are loopback")
+    func loopbackAddresses() throws {
+        for ip in ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"] {
+            #expect(StaticFileResponder.isLoopback(try SocketAddress(ipAddress: ip, port: 1)), "\(ip)")
+        }
+        for ip in ["10.0.0.1", "192.168.1.20", "0.0.0.0", "2001:db8::1", "::ffff:10.0.0.1", "::"] {
+            #expect(!StaticFileResponder.isLoopback(try SocketAddress(ipAddress: ip, port: 1)), "\(ip)")
+        }
+        #expect(!StaticFileResponder.isLoopback(nil))
+    }
+
+    @Test("content types browsers insist on")
+    func contentTypes() {
+        #expect(StaticContentType.forFile(named: "a.js") == "text/javascript; charset=utf-8")
+        #expect(StaticContentType.forFile(named: "a.MJS") == "text/javascript; charset=utf-8")
+        #expect(StaticContentType.forFile(named: "index.html") == "text/html; charset=utf-8")
+        #expect(StaticContentType.forFile(named: "s.css") == "text/css; charset=utf-8")
+        #expect(StaticContentType.forFile(named: "m.wasm") == "application/wasm")
+        #expect(StaticContentType.forFile(named: "README") == "application/octet-stream")
+    }
+
+    /// A site folder beside a secret one, with links out and in.
+    struct Site {
+        let folder: TemporaryFolder
+        let root: String
+        let large: [UInt8]
+        static let secret = "TOP-SECRET-OUTSIDE"
+
+        init() throws {
+            self.folder = try TemporaryFolder()
+            self.root = self.folder.path("site")
+            let manager = FileManager.default
+            try manager.createDirectory(atPath: self.root + "/sub", withIntermediateDirectories: true)
+            try manager.createDirectory(atPath: self.folder.path("outside"), withIntermediateDirectories: true)
+            func write(_ path: String, _ text: String) throws {
+                try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+            }
+            try write(self.folder.path("outside.txt"), Self.secret)
+            try write(self.folder.path("outside/inner.txt"), Self.secret)
+            try write(self.root + "/index.html", "<h1>bridge</h1>")
+            try write(self.root + "/app.js", "export const answer = 42\n")
+            try write(self.root + "/sub/index.html", "<p>sub</p>")
+            try write(self.root + "/.secret", Self.secret)
+            var generator = SystemRandomNumberGenerator()
+            self.large = (0..<300_001).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            try Data(self.large).write(to: URL(fileURLWithPath: self.root + "/large.bin"))
+            try manager.createSymbolicLink(atPath: self.root + "/link-out.txt", withDestinationPath: "../outside.txt")
+            try manager.createSymbolicLink(atPath: self.root + "/dir-out", withDestinationPath: "../outside")
+            try manager.createSymbolicLink(
+                atPath: self.root + "/absolute-out.txt",
+                withDestinationPath: self.folder.path("outside.txt")
+            )
+            try manager.createSymbolicLink(atPath: self.root + "/link-in.js", withDestinationPath: "app.js")
+        }
+    }
+
+    /// One raw HTTP exchange: the whole response (the server closes after each).
+    struct Response {
+        var status: Int
+        var headers: [String: String]
+        var body: [UInt8]
+    }
+
+    static func get(_ port: Int, _ target: String, method: String = "GET") async throws -> Response {
+        let client = try await RawTCPClient.connect(port: port, group: Self.group, tls: nil)
+        try await client.send(Array("\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+        let close = try #require(await client.serverClose(within: .seconds(60)), "no answer to \(target)")
+        let bytes = close.bytes
+        let end = try #require(bytes.firstRange(of: Array("\r\n\r\n".utf8)), "no head for \(target)")
+        let head = String(decoding: bytes[..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
+        let status = Int(head[0].split(separator: " ")[1])!
+        var headers: [String: String] = [:]
+        for line in head.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                in: .whitespaces
+            )
+        }
+        return Response(status: status, headers: headers, body: Array(bytes[end.upperBound...]))
+    }
+
+    static func withStaticServer(
+        _ files: BLIPStaticFiles,
+        _ body: @Sendable (BLIPWebSocketServer) async throws -> Void
+    ) async throws {
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.staticFiles = files
+        return try await withServer(configuration, eventLoopGroup: Self.group, body)
+    }
+
+    @Test("files, the browser client and BLIP on one port")
+    func servesFiles() async throws {
+        let site = try Site()
+        defer { site.folder.remove() }
+        try await Self.withStaticServer(BLIPStaticFiles(directory: site.root)) { server in
+            let port = server.port
+            let index = try await Self.get(port, "/")
+            #expect(index.status == 200)
+            #expect(index.headers["content-type"] == "text/html; charset=utf-8")
+            #expect(index.headers["x-content-type-options"] == "nosniff")
+            #expect(String(decoding: index.body, as: UTF8.self) == "<h1>bridge</h1>")
+            let script = try await Self.get(port, "/app.js?v=1")
+            #expect(script.headers["content-type"] == "text/javascript; charset=utf-8")
+            #expect(String(decoding: script.body, as: UTF8.self) == "export const answer = 42\n")
+            #expect(String(decoding: try await Self.get(port, "/sub/").body, as: UTF8.self) == "<p>sub</p>")
+            // A link whose target stays inside is followed.
+            #expect(try await Self.get(port, "/link-in.js").body == script.body)
+            // Sent in 64 KiB chunks: several of them, byte for byte.
+            let large = try await Self.get(port, "/large.bin")
+            #expect(large.headers["content-length"] == "300001")
+            #expect(large.body == site.large)
+            let module = try await Self.get(port, BLIPBrowserClient.modulePath)
+            #expect(module.status == 200)
+            #expect(module.headers["content-type"] == "text/javascript; charset=utf-8")
+            #expect(module.body == BLIPBrowserClient.module)
+            #expect(
+                try await Self.get(port, BLIPBrowserClient.typeDeclarationsPath).body
+                    == BLIPBrowserClient.typeDeclarations
+            )
+            let head = try await Self.get(port, "/app.js", method: "HEAD")
+            #expect(head.status == 200 && head.body.isEmpty && head.headers["content-length"] == "25")
+            let post = try await Self.get(port, "/app.js", method: "POST")
+            #expect(post.status == 405 && post.headers["allow"] == "GET, HEAD")
+            #expect(try await Self.get(port, "/missing.js").status == 404)
+            #expect(try await Self.get(port, "/sub").status == 404)  // a directory is not a file
+            // The BLIP endpoint is still there, on any path.
+            try await BLIPWebSocketClient.connect(
+                to: "ws://127.0.0.1:\(port)/bridge",
+                eventLoopGroup: Self.group
+            ) { connection in
+                let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "beside files"))
+                #expect(reply.body == ByteBuffer(string: "beside files"))
+            }
+        }
+    }
+
+    @Test(
+        "no way out of the directory",
+        arguments: [
+            "/../outside.txt", "/sub/../../outside.txt", "/%2e%2e/outside.txt", "/%2E%2E/outside.txt",
+            "/%2e%2e%2foutside.txt", "/..%2foutside.txt", "/..%5coutside.txt", "/sub/%2e%2e/%2e%2e/outside.txt",
+            "/link-out.txt", "/absolute-out.txt", "/dir-out/inner.txt", "/dir-out/", "/.secret", "/%2esecret",
+            "//outside.txt", "/outside.txt%00.html", "/..", "/sub/..%00/outside.txt",
+            "/%c0%ae%c0%ae/outside.txt", "/..\\outside.txt", "http://127.0.0.1/../outside.txt",
+        ]
+    )
+    func refusesEscapes(target: String) async throws {
+        let site = try Site()
+        defer { site.folder.remove() }
+        try await Self.withStaticServer(BLIPStaticFiles(directory: site.root)) { server in
+            let response = try await Self.get(server.port, target)
+            #expect([400, 404].contains(response.status), "\(target): \(response.status)")
+            #expect(!String(decoding: response.body, as: UTF8.self).contains(Site.secret), "\(target) leaked")
+        }
+    }
+
+    @Test("without a directory only the client module is served; it can be turned off")
+    func clientModuleOnly() async throws {
+        try await Self.withStaticServer(BLIPStaticFiles()) { server in
+            let index = try await Self.get(server.port, "/")
+            let module = try await Self.get(server.port, BLIPBrowserClient.modulePath)
+            #expect(index.status == 404 && module.status == 200)
+        }
+        try await Self.withStaticServer(BLIPStaticFiles(servesBrowserClient: false)) { server in
+            let module = try await Self.get(server.port, BLIPBrowserClient.modulePath)
+            #expect(module.status == 404)
+        }
+    }
+
+    @Test("a directory that is not there fails the bind")
+    func missingDirectory() async throws {
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.port = 0
+        configuration.staticFiles = BLIPStaticFiles(directory: "/nonexistent-blip-static-\(UUID().uuidString)")
+        await #expect(throws: BLIPStaticFiles.NotADirectory.self) {
+            _ = try await BLIPWebSocketServer.bind(configuration: configuration, eventLoopGroup: Self.group)
+        }
+    }
+}
