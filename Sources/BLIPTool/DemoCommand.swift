@@ -25,6 +25,15 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "With --web: the port to serve on (0 picks a free one).") var port = 4986
     @Option(help: "With --web: stop after this many seconds (default: run until interrupted).") var seconds: Double?
 
+    func validate() throws {
+        if let seconds = self.seconds, !(seconds > 0 && seconds <= 86_400) {
+            throw ValidationError("--seconds is more than 0 and at most 86 400")
+        }
+        if (self.seconds != nil || self.port != 4986) && !self.web {
+            throw ValidationError("--port and --seconds go with --web")
+        }
+    }
+
     func run() async throws {
         if self.web {
             return try await WebDemo(port: self.port, duration: self.seconds.map { .milliseconds(Int64($0 * 1000)) })

@@ -65,6 +65,12 @@ struct ServeCommand: AsyncParsableCommand {
     var staticDirectory: String?
     @Flag(help: "Serve the --static files to other machines too (default: to this machine only).")
     var staticRemote = false
+    @Option(
+        name: .customLong("allow-origin"),
+        help:
+            "With --static: also accept BLIP connections from pages of this origin (repeatable; default: only the server's own pages and clients that are not browsers)."
+    )
+    var allowedOrigins: [String] = []
     @Flag(help: "Log every message.") var verbose = false
 
     func validate() throws {
@@ -83,8 +89,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let credentials = self.requireBasic, BasicAuthentication(credentials) == nil {
             throw ValidationError("--require-basic is user:password, with a non-empty user name and no colon in it")
         }
-        if self.staticRemote && self.staticDirectory == nil {
-            throw ValidationError("--static-remote needs --static")
+        if (self.staticRemote || !self.allowedOrigins.isEmpty) && self.staticDirectory == nil {
+            throw ValidationError("--static-remote and --allow-origin need --static")
         }
         if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
         if !(self.drainTimeout >= 0 && self.drainTimeout <= 86_400) {
@@ -124,7 +130,11 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         if let directory = self.staticDirectory {
-            configuration.staticFiles = BLIPStaticFiles(directory: directory, servesRemoteClients: self.staticRemote)
+            configuration.staticFiles = BLIPStaticFiles(
+                directory: directory,
+                servesRemoteClients: self.staticRemote,
+                allowedOrigins: self.allowedOrigins
+            )
         }
         let profiles = StandardProfiles()
         var router = BLIPRouter()

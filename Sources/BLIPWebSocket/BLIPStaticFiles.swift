@@ -14,19 +14,35 @@ public struct BLIPStaticFiles: Sendable, Hashable {
     /// Serve clients that are not on this machine. Off by default: the files of a local bridge are for
     /// the app's own web view, and a server bound to a public address should not hand them to the network
     /// by accident. Requests from other addresses get 403.
+    ///
+    /// Off, the `Host` a request names must be this machine too (`127.0.0.1`, `[::1]`, `localhost`), so
+    /// that a web site that points its own name at 127.0.0.1 (DNS rebinding) gets 403 as well.
     public var servesRemoteClients = false
+    /// Origins (`http://host:port`) besides the server's own whose pages may open BLIP connections.
+    ///
+    /// With static files on, an upgrade that carries an `Origin` (every browser sends one) is accepted
+    /// only from the server's own pages or these; a page of any other site the user visits gets 403 and
+    /// cannot reach the bridge. Clients that send no `Origin` (apps, Couchbase Lite, go-blip) are not
+    /// affected. Files are not behind the server's upgrade handler: they go to any client allowed here.
+    public var allowedOrigins: [String] = []
 
-    public init(directory: String? = nil, servesBrowserClient: Bool = true, servesRemoteClients: Bool = false) {
+    public init(
+        directory: String? = nil,
+        servesBrowserClient: Bool = true,
+        servesRemoteClients: Bool = false,
+        allowedOrigins: [String] = []
+    ) {
         self.directory = directory
         self.servesBrowserClient = servesBrowserClient
         self.servesRemoteClients = servesRemoteClients
+        self.allowedOrigins = allowedOrigins
     }
 }
 
 extension BLIPStaticFiles {
-    /// ``directory`` is not a folder that can be read; thrown when the server binds.
+    /// ``directory`` is not a folder (or is the file system's root); thrown when the server binds.
     public struct NotADirectory: Error, Sendable, CustomStringConvertible {
         public var path: String
-        public var description: String { "static files: \(self.path) is not a readable directory" }
+        public var description: String { "static files: \(self.path) is not a directory" }
     }
 }

@@ -185,7 +185,9 @@ public final class BLIPWebSocketServer: Sendable {
         let tlsContext = try configuration.tls.map(Self.makeTLSContext)
         let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
         let policy = UpgradePolicy(configuration: configuration)
-        let staticFiles = try configuration.staticFiles.map { try StaticFileResponder($0) }
+        let staticFiles = try configuration.staticFiles.map {
+            try StaticFileResponder($0, writeTimeout: configuration.handshakeTimeout)
+        }
         let captureCounter = CaptureCounter()
         let rawChannels = RawChannels()
         let settings = UpgradedServerChannel.Settings(
@@ -478,8 +480,11 @@ struct UpgradePolicy: Sendable {
     let subprotocols: [String]
     let acceptsSeedDialect: Bool
     let rawEndpoint: BLIPWebSocketServer.RawEndpointPolicy
+    /// Set when the server serves web pages: which browsers' pages may connect.
+    let origins: BrowserOriginRule?
 
     init(configuration: BLIPWebSocketServer.Configuration) {
+        self.origins = configuration.staticFiles.map(BrowserOriginRule.init)
         self.path = configuration.path.map(PathPattern.init)
         self.subprotocols = configuration.subprotocols
         self.acceptsSeedDialect = configuration.acceptsSeedDialect
@@ -490,6 +495,11 @@ struct UpgradePolicy: Sendable {
         guard head.method == .GET else { return .refuse(.methodNotAllowed, "GET required") }
         guard self.pathParameters(head.uri) != nil else {
             return .refuse(.notFound, "no BLIP endpoint at \(head.uri.prefix { $0 != "?" })")
+        }
+        if let origins,
+            !origins.allowsUpgrade(origin: head.headers.first(name: "Origin"), host: head.headers.first(name: "Host"))
+        {
+            return .refuse(.forbidden, "pages from this origin may not connect")
         }
         let offered = BLIPSubprotocol.parseOffers(head.headers["Sec-WebSocket-Protocol"])
         switch self.rawEndpoint {

@@ -20,7 +20,6 @@ enum StaticContentType {
         case "woff": return "font/woff"
         case "woff2": return "font/woff2"
         case "ttf": return "font/ttf"
-        case "bin": return "application/octet-stream"
         default: return "application/octet-stream"
         }
     }

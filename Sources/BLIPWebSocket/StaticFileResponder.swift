@@ -15,8 +15,10 @@ internal import NIOPosix
 ///
 /// Opening and reading happen on NIO's blocking thread pool, a 64 KiB chunk at a time, and the next chunk
 /// is read only when the previous one has been written: a slow reader holds one chunk, not the file. The
-/// connection closes after each response, as the server's other plain-HTTP answers do, and the exchange
-/// counts against the server's handshake timeout like any request that is not upgraded.
+/// connection closes after each response, as the server's other plain-HTTP answers do. The request must
+/// arrive within the server's handshake timeout like any other; once a file's body starts, that timeout
+/// gives way to one per chunk (the same length), so a large file is not cut off but a client that stops
+/// reading is closed.
 struct StaticFileResponder: Sendable {
     static let chunkSize = 64 * 1024
 
@@ -24,11 +26,14 @@ struct StaticFileResponder: Sendable {
     let root: String?
     let servesBrowserClient: Bool
     let servesRemoteClients: Bool
+    let origins: BrowserOriginRule
+    /// How long one chunk may take to be written before the client is given up on.
+    let writeTimeout: TimeAmount
     let threadPool: NIOThreadPool
 
-    init(_ files: BLIPStaticFiles, threadPool: NIOThreadPool = .singleton) throws {
+    init(_ files: BLIPStaticFiles, writeTimeout: TimeAmount, threadPool: NIOThreadPool = .singleton) throws {
         if let directory = files.directory {
-            guard let root = Self.resolved(directory), Self.isDirectory(root) else {
+            guard let root = Self.resolved(directory), root != "/", Self.isDirectory(root) else {
                 throw BLIPStaticFiles.NotADirectory(path: directory)
             }
             self.root = root
@@ -37,6 +42,8 @@ struct StaticFileResponder: Sendable {
         }
         self.servesBrowserClient = files.servesBrowserClient
         self.servesRemoteClients = files.servesRemoteClients
+        self.origins = BrowserOriginRule(files)
+        self.writeTimeout = writeTimeout
         self.threadPool = threadPool
     }
 
@@ -57,6 +64,9 @@ struct StaticFileResponder: Sendable {
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         guard self.servesRemoteClients || Self.isLoopback(context.channel.remoteAddress) else {
             return Self.answer(.forbidden, "static files are served to this machine only\n", head, loopBound)
+        }
+        guard self.origins.allowsFiles(host: head.headers.first(name: "Host")) else {
+            return Self.answer(.forbidden, "the Host must name this machine\n", head, loopBound)
         }
         guard head.method == .GET || head.method == .HEAD else {
             return Self.answer(.methodNotAllowed, "GET or HEAD\n", head, loopBound, extra: [("Allow", "GET, HEAD")])
@@ -81,7 +91,7 @@ struct StaticFileResponder: Sendable {
         case .file(let segments):
             guard let root = self.root else { return Self.answer(.notFound, "not found\n", head, loopBound) }
             let eventLoop = context.eventLoop
-            self.threadPool.runIfActive(eventLoop: eventLoop) { try OpenedFile(root: root, segments: segments) }
+            self.threadPool.runIfActive(eventLoop: eventLoop) { OpenedFile(root: root, segments: segments) }
                 .whenComplete { result in
                     guard case .success(let file?) = result else {
                         return Self.answer(.notFound, "not found\n", head, loopBound)
@@ -92,6 +102,11 @@ struct StaticFileResponder: Sendable {
                         file.closeDescriptor()
                         return Self.end(loopBound)
                     }
+                    // A large file may take longer than the handshake allows; each chunk gets its own bound.
+                    loopBound.value.pipeline.syncOperations.removeHandler(
+                        name: HandshakeTimeoutHandler.name,
+                        promise: nil
+                    )
                     self.sendChunks(of: file, from: 0, loopBound)
                 }
         }
@@ -108,8 +123,11 @@ struct StaticFileResponder: Sendable {
         let length = min(Self.chunkSize, file.size - offset)
         self.threadPool.runIfActive(eventLoop: eventLoop) { try file.read(length, at: offset, allocator: allocator) }
             .flatMap { chunk in
-                context.value.writeAndFlush(NIOAny(HTTPServerResponsePart.body(.byteBuffer(chunk)))).map {
-                    chunk.readableBytes
+                // A client that stops reading is closed, instead of holding the file open forever.
+                let deadline = eventLoop.scheduleTask(in: self.writeTimeout) { context.value.close(promise: nil) }
+                return context.value.writeAndFlush(NIOAny(HTTPServerResponsePart.body(.byteBuffer(chunk)))).map {
+                    deadline.cancel()
+                    return chunk.readableBytes
                 }
             }
             .whenComplete { result in
@@ -193,17 +211,26 @@ final class OpenedFile: @unchecked Sendable {
     /// The file `segments` name under `root`, or nil when there is none that may be served: missing, not a
     /// regular file (a directory names its `index.html` only with a trailing slash), or resolving outside
     /// `root` through a symbolic link.
-    init?(root: String, segments: [String]) throws {
+    init?(root: String, segments: [String]) {
         let candidate = ([root] + segments).joined(separator: "/")
         guard let real = StaticFileResponder.resolved(candidate), real.hasPrefix(root + "/") else { return nil }
-        let attributes = try? FileManager.default.attributesOfItem(atPath: real)
-        guard attributes?[.type] as? FileAttributeType == .typeRegular,
-            let size = (attributes?[.size] as? NSNumber)?.intValue
+        // A link inside may not lead to a hidden name either (`config -> .git/config`).
+        guard !real.dropFirst(root.count + 1).split(separator: "/").contains(where: { $0.hasPrefix(".") }) else {
+            return nil
+        }
+        guard (try? FileManager.default.attributesOfItem(atPath: real)[.type]) as? FileAttributeType == .typeRegular
         else { return nil }
-        let descriptor = open(real, O_RDONLY | O_CLOEXEC)
+        // Non-blocking, so that a FIFO swapped in since cannot hold a pool thread; its size from the
+        // descriptor itself (a FIFO or socket has none and is refused).
+        let descriptor = open(real, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }
+        let size = lseek(descriptor, 0, SEEK_END)
+        guard size >= 0 else {
+            _ = close(descriptor)
+            return nil
+        }
         self.descriptor = descriptor
-        self.size = size
+        self.size = Int(size)
     }
 
     struct ReadFailed: Error {}

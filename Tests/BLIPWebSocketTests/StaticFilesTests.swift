@@ -104,6 +104,7 @@ struct StaticFilesTests {
                 withDestinationPath: self.folder.path("outside.txt")
             )
             try manager.createSymbolicLink(atPath: self.root + "/link-in.js", withDestinationPath: "app.js")
+            try manager.createSymbolicLink(atPath: self.root + "/config", withDestinationPath: ".secret")
         }
     }
 
@@ -114,9 +115,16 @@ struct StaticFilesTests {
         var body: [UInt8]
     }
 
-    static func get(_ port: Int, _ target: String, method: String = "GET") async throws -> Response {
+    static func get(
+        _ port: Int,
+        _ target: String,
+        method: String = "GET",
+        host: String = "127.0.0.1",
+        headers: [String] = []
+    ) async throws -> Response {
         let client = try await RawTCPClient.connect(port: port, group: Self.group, tls: nil)
-        try await client.send(Array("\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+        let fields = (["Host: \(host)"] + headers).map { $0 + "\r\n" }.joined()
+        try await client.send(Array("\(method) \(target) HTTP/1.1\r\n\(fields)\r\n".utf8))
         let close = try #require(await client.serverClose(within: .seconds(60)), "no answer to \(target)")
         let bytes = close.bytes
         let end = try #require(bytes.firstRange(of: Array("\r\n\r\n".utf8)), "no head for \(target)")
@@ -194,7 +202,7 @@ struct StaticFilesTests {
             "/%2e%2e%2foutside.txt", "/..%2foutside.txt", "/..%5coutside.txt", "/sub/%2e%2e/%2e%2e/outside.txt",
             "/link-out.txt", "/absolute-out.txt", "/dir-out/inner.txt", "/dir-out/", "/.secret", "/%2esecret",
             "//outside.txt", "/outside.txt%00.html", "/..", "/sub/..%00/outside.txt",
-            "/%c0%ae%c0%ae/outside.txt", "/..\\outside.txt", "http://127.0.0.1/../outside.txt",
+            "/%c0%ae%c0%ae/outside.txt", "/..\\outside.txt", "http://127.0.0.1/../outside.txt", "/config",
         ]
     )
     func refusesEscapes(target: String) async throws {
@@ -217,6 +225,66 @@ struct StaticFilesTests {
         try await Self.withStaticServer(BLIPStaticFiles(servesBrowserClient: false)) { server in
             let module = try await Self.get(server.port, BLIPBrowserClient.modulePath)
             #expect(module.status == 404)
+        }
+    }
+
+    @Test("which Host and Origin values name this machine and its own pages")
+    func originRule() {
+        let rule = BrowserOriginRule(BLIPStaticFiles(allowedOrigins: ["https://App.example"]))
+        for host in ["127.0.0.1", "127.0.0.1:4986", "localhost:4986", "LOCALHOST", "[::1]:4986", "127.9.9.9"] {
+            #expect(rule.allowsFiles(host: host), "\(host)")
+        }
+        for host in ["evil.example", "evil.example:4986", "127.0.0.1.evil.example", "[::2]:1", "10.0.0.1", ""] {
+            #expect(!rule.allowsFiles(host: host), "\(host)")
+        }
+        #expect(!rule.allowsFiles(host: nil))
+        // No Origin: not a browser.
+        #expect(rule.allowsUpgrade(origin: nil, host: "anything"))
+        #expect(rule.allowsUpgrade(origin: "http://127.0.0.1:4986", host: "127.0.0.1:4986"))
+        #expect(rule.allowsUpgrade(origin: "http://localhost:4986", host: "localhost:4986"))
+        #expect(rule.allowsUpgrade(origin: "https://app.example", host: "127.0.0.1:4986"))
+        #expect(!rule.allowsUpgrade(origin: "http://evil.example", host: "127.0.0.1:4986"))
+        #expect(!rule.allowsUpgrade(origin: "http://127.0.0.1:9999", host: "127.0.0.1:4986"))
+        #expect(!rule.allowsUpgrade(origin: "null", host: "127.0.0.1:4986"))
+        // DNS rebinding: same-origin under the site's own name.
+        #expect(!rule.allowsUpgrade(origin: "http://evil.example:4986", host: "evil.example:4986"))
+        let remote = BrowserOriginRule(BLIPStaticFiles(servesRemoteClients: true))
+        #expect(remote.allowsUpgrade(origin: "http://bridge.lan:4986", host: "bridge.lan:4986"))
+        #expect(remote.allowsFiles(host: "bridge.lan:4986"))
+    }
+
+    @Test("pages of other sites cannot connect; a rebound Host gets no files")
+    func otherSitesRefused() async throws {
+        let upgrade = [
+            "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13",
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol: BLIP_3+CBMobile_3",
+        ]
+        let files = BLIPStaticFiles(allowedOrigins: ["https://app.example"])
+        try await Self.withStaticServer(files) { server in
+            let port = server.port
+            let own = "127.0.0.1:\(port)"
+            func upgradeStatus(origin: String?, host: String = own) async throws -> String {
+                let client = try await RawTCPClient.connect(port: port, group: Self.group, tls: nil)
+                defer { Task { await client.close() } }
+                var fields = ["Host: \(host)"] + upgrade
+                if let origin { fields.append("Origin: \(origin)") }
+                let request = "GET /bridge HTTP/1.1\r\n" + fields.map { $0 + "\r\n" }.joined() + "\r\n"
+                try await client.send(Array(request.utf8))
+                let head = try #require(await client.received(through: "\r\n\r\n", within: .seconds(60)))
+                return String(String(decoding: head, as: UTF8.self).prefix(12))
+            }
+            #expect(try await upgradeStatus(origin: nil) == "HTTP/1.1 101")
+            #expect(try await upgradeStatus(origin: "http://\(own)") == "HTTP/1.1 101")
+            #expect(try await upgradeStatus(origin: "https://app.example") == "HTTP/1.1 101")
+            #expect(try await upgradeStatus(origin: "http://evil.example") == "HTTP/1.1 403")
+            #expect(
+                try await upgradeStatus(origin: "http://evil.example:\(port)", host: "evil.example:\(port)")
+                    == "HTTP/1.1 403"
+            )
+            let rebound = try await Self.get(port, BLIPBrowserClient.modulePath, host: "evil.example:\(port)")
+            #expect(rebound.status == 403)
+            let local = try await Self.get(port, BLIPBrowserClient.modulePath, host: "localhost:\(port)")
+            #expect(local.status == 200)
         }
     }
 

@@ -105,18 +105,24 @@ class RawSocket {
   constructor(socket) {
     this.socket = socket;
     this.queue = [];
-    this.waiting = null;
+    this.waiting = null; // { resolve, reject } of the pending next()
+    this.closedError = null; // set once the socket closed: every later next() rejects with it
     socket.onmessage = (event) => {
       if (this.waiting) {
-        const resolve = this.waiting;
+        const { resolve } = this.waiting;
         this.waiting = null;
         resolve(event.data);
       } else {
         this.queue.push(event.data);
       }
     };
-    socket.onclose = () => {
-      if (this.waiting) this.waiting(new Error('closed'));
+    socket.onclose = (event) => {
+      this.closedError = new Error(`the blip-raw WebSocket closed (${event.code} ${event.reason})`);
+      if (this.waiting) {
+        const { reject } = this.waiting;
+        this.waiting = null;
+        reject(this.closedError);
+      }
     };
   }
 
@@ -127,8 +133,9 @@ class RawSocket {
   /** The next message: a string for text, an ArrayBuffer for binary. */
   next() {
     if (this.queue.length > 0) return Promise.resolve(this.queue.shift());
-    return new Promise((resolve) => {
-      this.waiting = resolve;
+    if (this.closedError) return Promise.reject(this.closedError);
+    return new Promise((resolve, reject) => {
+      this.waiting = { resolve, reject };
     });
   }
 }
@@ -459,6 +466,133 @@ async function runBLIPChecks(options = {}) {
     return 'urgent call seen as urgent, normal call as normal';
   });
 
+  await check('call-peer: a BLIPError that cannot be encoded still gets an ERR (BLIP 500)', async () => {
+    const c = await conn();
+    const nul = await outcome(c.sendRequest({ profile: 'call-peer', properties: { 'Call-Profile': 'page-nul-domain' } }));
+    expect(nul.error instanceof BLIPError, `NUL in domain: expected BLIPError, got ${nul.error ? describeError(nul.error) : 'a reply'}`);
+    expect(nul.error.domain === 'BLIP' && nul.error.code === 500 && nul.error.message === 'domain with a NUL',
+      `NUL in domain: got ${describeError(nul.error)}`);
+    const huge = await outcome(c.sendRequest({ profile: 'call-peer', properties: { 'Call-Profile': 'page-huge-error' } }));
+    expect(huge.error instanceof BLIPError && huge.error.domain === 'BLIP' && huge.error.code === 500,
+      `200 KB of ERR properties: got ${huge.error ? describeError(huge.error) : 'a reply'}`);
+    const ok = await echo(c, {}, 'still alive');
+    expect(ok.text() === 'still alive', 'connection unusable afterwards');
+    return `NUL in domain → BLIP 500 "${nul.error.message}"; oversized properties → BLIP 500; connection still works`;
+  });
+
+  await check('a body changed and detached after sendRequest is sent as it was', async () => {
+    const c = await conn();
+    const body = pseudoRandomBytes(300000, 77);
+    const expected = body.slice();
+    const pending = echo(c, {}, body);
+    body.fill(0); // the caller reuses its buffer...
+    structuredClone(body.buffer, { transfer: [body.buffer] }); // ...or gives it away (detached)
+    expect(body.byteLength === 0, 'the buffer did not detach');
+    const reply = await pending;
+    expect(bytesEqual(reply.body, expected), `${reply.body.length} bytes back; first difference at ${firstDifference(reply.body, expected)}`);
+    return '300 KB came back as it was when sendRequest was called';
+  });
+
+  await check('frameSize 200000 is clamped: a 600 KB echo completes', async () => {
+    const c = await BLIPConnection.connect(wsURL, { frameSize: 200000 });
+    try {
+      const before = c.statistics;
+      const body = pseudoRandomBytes(600000, 600);
+      const reply = await withTimeout(echo(c, {}, body), 20000, '600 KB echo');
+      const frames = c.statistics.framesSent - before.framesSent;
+      expect(bytesEqual(reply.body, body), `${reply.body.length} bytes back; first difference at ${firstDifference(reply.body, body)}`);
+      // 600 000 bytes in frames of at most 65 536: at least 10 (unclamped it would be 3).
+      expect(frames >= 10, `${frames} frames for 600 KB`);
+      expect(c.statistics.maxUnacknowledgedBytes <= c.statistics.flowControlWindow, `max unacknowledged ${c.statistics.maxUnacknowledgedBytes}`);
+      return `${frames} frames; max unacknowledged ${c.statistics.maxUnacknowledgedBytes}`;
+    } finally {
+      c.close(1000);
+    }
+  });
+
+  await check('maxConcurrentHandlers 2: 10 concurrent calls into a slow handler, all answered, ≤ 2 at once', async () => {
+    const c = await BLIPConnection.connect(wsURL, { maxConcurrentHandlers: 2 });
+    try {
+      const slow = slowHandler(c, 50);
+      const calls = [];
+      for (let i = 0; i < 10; i++) {
+        calls.push(c.sendRequest({ profile: 'call-peer', properties: { 'Call-Profile': 'page-slow' }, body: String(i) }));
+      }
+      const replies = await Promise.all(calls);
+      replies.forEach((r, i) => expect(r.text() === `slow ${i}`, `call ${i} got ${JSON.stringify(r.text())}`));
+      expect(slow.calls === 10, `the handler ran ${slow.calls} times`);
+      expect(slow.maxRunning <= 2, `${slow.maxRunning} handlers ran at once`);
+      // The server makes its calls concurrently, so the limit must have been reached (and queued the rest).
+      expect(slow.maxRunning === 2, `only ${slow.maxRunning} handler ran at a time: the limit was never tested`);
+      return `10 replies; at most ${slow.maxRunning} handlers at once`;
+    } finally {
+      c.close(1000);
+    }
+  });
+
+  await check('too many requests waiting for a handler close with 1008 (maxIncomingMessagesInProgress)', async () => {
+    const c = await BLIPConnection.connect(wsURL, { maxConcurrentHandlers: 1, maxIncomingMessagesInProgress: 3 });
+    slowHandler(c, 2000);
+    const calls = [];
+    for (let i = 0; i < 6; i++) {
+      calls.push(outcome(c.sendRequest({ profile: 'call-peer', properties: { 'Call-Profile': 'page-slow' }, body: String(i) })));
+    }
+    const closed = await withTimeout(c.closed, 10000, '`closed`');
+    const results = await Promise.all(calls);
+    expect(closed.code === 1008, `closed ${JSON.stringify(closed)}`);
+    const failed = results.filter((r) => r.error instanceof BLIPConnectionClosedError && r.error.code === 1008);
+    expect(failed.length === 6, `${failed.length} of 6 calls failed with 1008: ${results.map((r) => r.error ? describeError(r.error) : 'reply').join('; ')}`);
+    expect(failed[0].error.cause instanceof BLIPProtocolError, `cause ${failed[0].error.cause}`);
+    return `closed ${closed.code} "${closed.reason}"`;
+  });
+
+  await check('maxIncomingMessagesInProgress 1: two interleaved multi-frame replies close with 1008', async () => {
+    const c = await BLIPConnection.connect(wsURL, { maxIncomingMessagesInProgress: 1 });
+    const one = outcome(c.sendRequest({ profile: 'source', properties: { Count: '300000', Data: 'random' } }));
+    const two = outcome(c.sendRequest({ profile: 'source', properties: { Count: '300000', Data: 'random' } }));
+    const [a, b] = await Promise.all([one, two]);
+    const closed = await withTimeout(c.closed, 10000, '`closed`');
+    expect(closed.code === 1008, `closed ${JSON.stringify(closed)}; replies: ${describeError(a.error)} / ${describeError(b.error)}`);
+    expect(b.error instanceof BLIPConnectionClosedError && b.error.code === 1008, `second request: ${b.error ? describeError(b.error) : 'a reply'}`);
+    return `closed ${closed.code} "${closed.reason}"`;
+  });
+
+  await check('incomingBufferBudget: a reply over the budget closes with 1009', async () => {
+    const c = await BLIPConnection.connect(wsURL, { incomingBufferBudget: 100000 });
+    const fits = await c.sendRequest({ profile: 'source', properties: { Count: '50000', Data: 'random' } });
+    expect(fits.body.length === 50000, `50 000 bytes: got ${fits.body.length}`);
+    const over = await outcome(c.sendRequest({ profile: 'source', properties: { Count: '300000', Data: 'random' } }));
+    const closed = await withTimeout(c.closed, 10000, '`closed`');
+    expect(over.error instanceof BLIPConnectionClosedError && over.error.code === 1009, `300 000 bytes: ${over.error ? describeError(over.error) : 'a reply'}`);
+    expect(over.error.cause instanceof BLIPProtocolError, `cause ${over.error.cause}`);
+    expect(closed.code === 1009, `closed ${JSON.stringify(closed)}`);
+    return `50 000 bytes fit; 300 000 → ${describeError(over.error)}`;
+  });
+
+  await check('a 50 000-character close reason is cut to 123 bytes at once', async () => {
+    const c = await BLIPConnection.connect(wsURL);
+    const reason = 'é'.repeat(50000);
+    const t = performance.now();
+    const closing = c.close(4000, reason);
+    const ms = performance.now() - t;
+    const closed = await withTimeout(closing, 10000, '`closed`');
+    expect(ms < 50, `close() took ${round(ms, 1)} ms`);
+    // The socket refuses reasons over 123 bytes, so reaching 4000 means the cut one was sent.
+    expect(closed.code === 4000, `closed ${JSON.stringify(closed)}`);
+    return `close() returned in ${round(ms, 2)} ms; closed with ${closed.code}`;
+  });
+
+  await check('out of request numbers: the request rejects and the connection closes', async () => {
+    const c = await BLIPConnection.connect(wsURL);
+    await echo(c, {}, 'first');
+    c._lastRequestNumber = 0xffffffff; // internal: pretend 2^32 - 1 requests were sent
+    const r = await withTimeout(outcome(echo(c, {}, 'one too many')), 10000, 'the request');
+    const closed = await withTimeout(c.closed, 10000, '`closed`');
+    expect(r.error instanceof BLIPConnectionClosedError, `expected BLIPConnectionClosedError, got ${r.error ? describeError(r.error) : 'a reply'}`);
+    expect(closed.code === 1002, `closed ${JSON.stringify(closed)}`);
+    return `${describeError(r.error)}`;
+  });
+
   await check(`${ROUND_TRIPS} sequential 100-byte echo round trips`, async () => {
     const c = await conn();
     const body = pseudoRandomBytes(100, 100);
@@ -564,11 +698,29 @@ async function runBLIPChecks(options = {}) {
   }, 300000);
 
   await check('statistics add up', async () => {
-    const c = await conn();
-    const s = c.statistics;
-    expect(s.messagesSent > 10000 && s.messagesReceived > 10000, `messages sent ${s.messagesSent}, received ${s.messagesReceived}`);
-    expect(s.bytesSent > BULK_BYTES && s.bytesReceived > BULK_BYTES, `bytes sent ${s.bytesSent}, received ${s.bytesReceived}`);
-    return JSON.stringify(s);
+    // Its own traffic only: deltas over requests made here, on a connection of its own.
+    const c = await BLIPConnection.connect(wsURL);
+    try {
+      const before = c.statistics;
+      const small = pseudoRandomBytes(1000, 11);
+      for (let i = 0; i < 20; i++) await echo(c, {}, small);
+      const big = pseudoRandomBytes(300000, 12);
+      await echo(c, {}, big);
+      const after = c.statistics;
+      const d = Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - (before[k] ?? 0)]));
+      expect(d.requestsSent === 21 && d.messagesSent === 21, `requests sent ${d.requestsSent}, messages sent ${d.messagesSent}`);
+      expect(d.repliesReceived === 21 && d.messagesReceived === 21, `replies ${d.repliesReceived}, messages received ${d.messagesReceived}`);
+      expect(d.requestsReceived === 0, `requests received ${d.requestsReceived}`);
+      const payload = 20 * 1000 + 300000;
+      expect(d.bytesSent > payload && d.bytesReceived > payload, `bytes sent ${d.bytesSent}, received ${d.bytesReceived}, payload ${payload}`);
+      // 300 KB in frames of ≤ 16 384 bytes: at least 19 frames each way, plus one per small message.
+      expect(d.framesSent >= 39 && d.framesReceived >= 39, `frames sent ${d.framesSent}, received ${d.framesReceived}`);
+      expect(d.acksSent >= 1 && d.acksReceived >= 1, `ACKs sent ${d.acksSent}, received ${d.acksReceived}`);
+      expect(after.maxUnacknowledgedBytes <= after.flowControlWindow, `max unacknowledged ${after.maxUnacknowledgedBytes}`);
+      return `deltas ${JSON.stringify(d)}`;
+    } finally {
+      c.close(1000);
+    }
   });
 
   if (connection) {
@@ -692,6 +844,30 @@ function registerHandlers(c) {
     throw new Error('plain Error thrown');
   });
   c.handle('page-urgency', (request) => ({ properties: { 'X-Urgent': String(request.urgent) } }));
+  // ERRs that cannot be encoded as given: the client must fall back to BLIP 500.
+  c.handle('page-nul-domain', () => {
+    throw new BLIPError('Page\0Domain', 499, 'domain with a NUL');
+  });
+  c.handle('page-huge-error', () => {
+    throw new BLIPError('PageDomain', 499, 'huge properties', { 'X-Huge': 'y'.repeat(200000) });
+  });
+}
+
+/** Registers `page-slow`: waits `ms`, replies "slow <body>", and counts how many ran at once. */
+function slowHandler(c, ms) {
+  const state = { running: 0, maxRunning: 0, calls: 0 };
+  c.handle('page-slow', async (request) => {
+    state.calls++;
+    state.running++;
+    state.maxRunning = Math.max(state.maxRunning, state.running);
+    try {
+      await sleep(ms);
+    } finally {
+      state.running--;
+    }
+    return { body: `slow ${request.text()}` };
+  });
+  return state;
 }
 
 globalThis.runBLIPChecks = runBLIPChecks;

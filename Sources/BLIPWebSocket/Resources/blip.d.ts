@@ -6,10 +6,29 @@ export interface BLIPConnectOptions {
   protocols?: string[];
   /** Largest incoming message body accepted, inclusive (default 67108864 = 64 MiB). Bigger closes with 1009. */
   maxIncomingMessageSize?: number;
-  /** Bytes per outgoing frame, header and CRC included (default 16384); a quarter of it while an urgent message waits. */
+  /**
+   * Bytes per outgoing frame, header and CRC included (default 16384, clamped to 64..65536); a quarter
+   * of it while an urgent message waits.
+   */
   frameSize?: number;
   /** Frames are held back while the socket's `bufferedAmount` exceeds this (default 1048576). */
   sendBufferLimit?: number;
+  /**
+   * Most messages the peer may have started that are not yet handled: partly received ones plus
+   * requests waiting for a handler (default 1024). One more closes the connection with 1008
+   * (4008 on the wire).
+   */
+  maxIncomingMessagesInProgress?: number;
+  /**
+   * Most bytes those messages may hold together (default 134217728 = 128 MiB). More closes with 1009
+   * (4009 on the wire). Keep it above `maxIncomingMessageSize`.
+   */
+  incomingBufferBudget?: number;
+  /**
+   * Handlers running at once (default 512). Later requests wait in arrival order; a slot is free
+   * again once the handler's reply has been sent.
+   */
+  maxConcurrentHandlers?: number;
 }
 
 /** A request body: a string is sent as UTF-8. */
@@ -78,8 +97,8 @@ export class BLIPConnection {
   sendRequest(request: BLIPRequestOptions & { noReply: true }): Promise<undefined>;
   sendRequest(request: BLIPRequestOptions): Promise<BLIPMessage>;
   /**
-   * Answers the peer's requests with this Profile. Throw a BLIPError to send that ERR; any other
-   * throw sends ERR BLIP 500. Requests without a handler get ERR BLIP 404. `null` removes the handler.
+   * Answers the peer's requests with this Profile. Throw a BLIPError to send that ERR (BLIP 500 if
+   * it cannot be encoded: a NUL, or properties over 100 KiB); any other throw sends ERR BLIP 500. Requests without a handler get ERR BLIP 404. `null` removes the handler.
    */
   handle(profile: string, handler: ((request: BLIPMessage) => BLIPReply | undefined | void | Promise<BLIPReply | undefined | void>) | null): void;
   /** Closes (code 1000 or 3000-4999); pending requests reject with BLIPConnectionClosedError. */
@@ -124,10 +143,13 @@ export class BLIPConnectionClosedError extends Error {
   readonly cause?: unknown;
 }
 
-/** The peer broke the protocol; the connection closes with 1002 (1009 for an oversized message). */
+/**
+ * The peer broke the protocol or a limit; the connection closes with 1002 (1009 for an oversized
+ * message or buffer, 1008 for too many messages in progress).
+ */
 export class BLIPProtocolError extends Error {
   constructor(message: string, closeCode?: number);
-  /** 1002, 1009 or 1003 (text message). On the wire a browser sends 4002 / 4009 / 4003 instead. */
+  /** 1002, 1008, 1009 or 1003 (text message). On the wire a browser sends 4002 / 4008 / 4009 / 4003 instead. */
   readonly closeCode: number;
   /** Set by decodeCapturedFrames: the index of the bad frame. */
   frameIndex?: number;

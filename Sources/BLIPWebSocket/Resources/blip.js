@@ -12,8 +12,12 @@
 //     we receive (a mismatch is a protocol error that closes the connection).
 //   * Flow control both ways: we ACK incoming multi-frame messages every 50 000 wire bytes, and we
 //     pause a message of ours while sending its next frame would leave more than 128 000 of its
-//     bytes unacknowledged (stricter than LiteCore, which checks after the frame; the peer ACKs
-//     every 50 000 bytes, so this never stalls).
+//     bytes unacknowledged (stricter than LiteCore, which checks after the frame). A message with
+//     nothing unacknowledged never waits, and frames are at most 65 536 bytes, so once the peer's
+//     ACK (due every 50 000 bytes) arrives at most 50 000 + 65 540 < 128 000 bytes are out: a
+//     message only stalls if the peer stops ACKing.
+//   * What the peer can make us hold is bounded: messages it has started but not finished (plus
+//     requests waiting for a handler), the bytes they hold, and handlers running at once.
 //   * The out-box follows the digest's §7.9 rules (LiteCore's variant), so an urgent message is
 //     not stuck behind a big normal one, and the big one keeps moving too.
 //   * Incoming compressed frames are inflated by RawInflater below: one raw-deflate stream per
@@ -22,8 +26,8 @@
 //     frame boundary, and a frame must end on one for the peer to inflate it, so every frame we
 //     send is plain (allowed: the compressed flag is per frame, and peers accept either).
 //   * Browsers only let a page close a WebSocket with 1000 or 3000-4999. A protocol error is
-//     reported locally as 1002 (1009 for an oversized message), but on the wire it becomes 4002
-//     (4009): the same meaning in the private-use range.
+//     reported locally as 1002 (1009 for an oversized message or buffer, 1008 for too many messages
+//     at once), but on the wire it becomes 4002 (4009, 4008): the same meaning in the private-use range.
 
 // ---------------------------------------------------------------------------------------------
 // Constants (digest §7.2, §7.7, §7.8, §7.13)
@@ -48,6 +52,12 @@ const MAX_PROPERTIES_SIZE = 100 * 1024; // LiteCore's limit, fatal both ways
 // size: 150 KB of text is usual), but not without bound: more than this is a decompression bomb.
 const MAX_INFLATED_FRAME = 16 * 1024 * 1024;
 const DEFAULT_FRAME_SIZE = 16384;
+// Frames must stay well below the 128 000-byte window (see the header) and above any header + CRC.
+const MIN_FRAME_SIZE = 64;
+const MAX_FRAME_SIZE = 65536;
+const DEFAULT_MAX_IN_PROGRESS = 1024; // as the Swift side's maximumIncomingMessagesInFlight
+const DEFAULT_INCOMING_BUDGET = 128 * 1024 * 1024;
+const DEFAULT_MAX_HANDLERS = 512;
 const DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024;
 const DEFAULT_SEND_BUFFER_LIMIT = 1024 * 1024;
 const DEFAULT_PROTOCOLS = ['BLIP_3+CBMobile_3', 'BLIP_3+CBMobile_2'];
@@ -55,7 +65,9 @@ const MAX_REQUEST_NUMBER = 0xffffffff; // go-blip and Cocoa peers keep request n
 const SYNC_FLUSH_TRAILER = new Uint8Array([0x00, 0x00, 0xff, 0xff]);
 
 const CLOSE_PROTOCOL_ERROR = 1002;
+const CLOSE_POLICY_VIOLATION = 1008;
 const CLOSE_TOO_BIG = 1009;
+const CLOSE_INTERNAL_ERROR = 1011;
 
 const utf8Encoder = new TextEncoder();
 const utf8Decoder = new TextDecoder('utf-8'); // bodies: lenient
@@ -101,7 +113,8 @@ export class BLIPConnectionClosedError extends Error {
 export class BLIPProtocolError extends Error {
   /**
    * @param {string} message what was wrong
-   * @param {number} [closeCode] 1002, or 1009 when a message was too big
+   * @param {number} [closeCode] 1002, 1009 when a message or the buffered bytes were too big,
+   *   1008 when the peer had too many messages going at once
    */
   constructor(message, closeCode = CLOSE_PROTOCOL_ERROR) {
     super(message);
@@ -547,18 +560,30 @@ class FrameReceiver {
   /**
    * @param {object} options
    * @param {number} options.maxMessageSize largest body accepted (inclusive)
+   * @param {number} [options.maxInProgress] most messages started and not yet handled (1008 beyond)
+   * @param {number} [options.budget] most bytes held by those messages (1009 beyond)
    * @param {(number:number)=>boolean} [options.isAwaitedReply] for a live connection: whether a
    *   reply with this number may start now (captures have no such context)
    * @param {(type:number, number:number, bytes:number)=>void} [options.sendAck]
    */
-  constructor({ maxMessageSize, isAwaitedReply = null, sendAck = null }) {
+  constructor({
+    maxMessageSize, maxInProgress = DEFAULT_MAX_IN_PROGRESS, budget = DEFAULT_INCOMING_BUDGET,
+    isAwaitedReply = null, sendAck = null,
+  }) {
     this.maxMessageSize = maxMessageSize;
+    this.maxInProgress = maxInProgress;
+    this.budget = budget;
     this.isAwaitedReply = isAwaitedReply;
     this.sendAck = sendAck;
     this.crc = 0;
     this.inflater = new RawInflater();
     this.lastRequestNumber = 0;
     this.partial = new Map(); // "M5" / "R5" → message being assembled
+    this.partialBytes = 0; // data bytes held in `partial`
+    // Complete requests the connection holds until a handler is free: the peer made us keep them
+    // too, so they count against the same limits.
+    this.queuedMessages = 0;
+    this.queuedBytes = 0;
     this.compressedFrames = 0;
   }
 
@@ -631,25 +656,41 @@ class FrameReceiver {
       } else if (this.isAwaitedReply && !this.isAwaitedReply(number)) {
         throw new BLIPProtocolError(`reply #${number} does not answer a pending request`);
       }
+      if (this.partial.size + this.queuedMessages >= this.maxInProgress) {
+        throw new BLIPProtocolError(`more than ${this.maxInProgress} incoming messages in progress`, CLOSE_POLICY_VIOLATION);
+      }
       msg = {
         number, type, flags, chunks: [], length: 0, frames: 0, wireBytes: 0, unackedBytes: 0,
-        compressed: false, bodyStart: -1,
+        compressed: false, bodyStart: -1, prefix: new Uint8Array(0),
       };
       this.partial.set(key, msg);
     }
     if (flags & FLAG_COMPRESSED) msg.compressed = true;
 
-    msg.chunks.push(data);
-    msg.length += data.length;
     msg.frames++;
-    if (msg.bodyStart < 0) {
-      const first = msg.chunks.length === 1 ? msg.chunks[0] : concatBytes(msg.chunks, msg.length).subarray(0, 10);
-      const propsLength = readVarint(first, 0);
+    if (data.length > 0) { // empty more-coming frames add nothing worth keeping
+      msg.chunks.push(data);
+      msg.length += data.length;
+      this.partialBytes += data.length;
+      if (this.partialBytes + this.queuedBytes > this.budget) {
+        throw new BLIPProtocolError(`incoming messages hold more than the ${this.budget}-byte budget`, CLOSE_TOO_BIG);
+      }
+    }
+    if (msg.bodyStart < 0 && data.length > 0) {
+      // The property length is a varint of at most 10 bytes: collect just those across frames
+      // instead of joining every chunk again on each frame.
+      const take = Math.min(10 - msg.prefix.length, data.length);
+      const prefix = new Uint8Array(msg.prefix.length + take);
+      prefix.set(msg.prefix, 0);
+      prefix.set(data.subarray(0, take), msg.prefix.length);
+      msg.prefix = prefix;
+      const propsLength = readVarint(prefix, 0);
       if (propsLength) {
         if (propsLength[0] > MAX_PROPERTIES_SIZE) {
           throw new BLIPProtocolError(`property block of ${propsLength[0]} bytes exceeds ${MAX_PROPERTIES_SIZE}`);
         }
         msg.bodyStart = propsLength[1] + propsLength[0];
+        msg.prefix = null;
       }
     }
     if (msg.bodyStart >= 0 && msg.length - msg.bodyStart > this.maxMessageSize) {
@@ -662,6 +703,7 @@ class FrameReceiver {
     msg.unackedBytes += frameBytes;
     if (!(flags & FLAG_MORE)) {
       this.partial.delete(key);
+      this.partialBytes -= msg.length;
       const [propertyList, body] = decodeMessageData(concatBytes(msg.chunks, msg.length));
       return {
         message: {
@@ -728,11 +770,19 @@ function toUint8Array(data) {
   throw new TypeError('expected bytes');
 }
 
+/** A body as bytes of our own: the caller may change or detach its buffer while we still send. */
 async function bodyToBytes(body) {
   if (body === undefined || body === null) return new Uint8Array(0);
   if (typeof body === 'string') return utf8Encoder.encode(body);
   if (typeof Blob !== 'undefined' && body instanceof Blob) return new Uint8Array(await body.arrayBuffer());
-  return toUint8Array(body);
+  return toUint8Array(body).slice();
+}
+
+/** `value` as an integer in [min, max], or `fallback` when it is not a number. */
+function clampedInteger(value, fallback, min, max) {
+  const n = Math.floor(Number(value));
+  if (value === undefined || value === null || Number.isNaN(n)) return fallback;
+  return Math.min(max, Math.max(min, n));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -789,8 +839,15 @@ export class BLIPConnection {
    * @param {string[]} [options.protocols] subprotocols offered, most preferred first
    * @param {number} [options.maxIncomingMessageSize=67108864] largest body accepted (inclusive); a bigger one
    *   is a protocol error (close code 1009)
-   * @param {number} [options.frameSize=16384] bytes per frame (header + data + CRC); 1/4 of it while an
-   *   urgent message waits behind the one being sent
+   * @param {number} [options.frameSize=16384] bytes per frame (header + data + CRC), clamped to
+   *   64..65536; 1/4 of it while an urgent message waits behind the one being sent
+   * @param {number} [options.maxIncomingMessagesInProgress=1024] most messages the peer may have
+   *   started and we not yet handled (partly received, or requests waiting for a handler); one more
+   *   closes the connection as a policy violation (1008, 4008 on the wire)
+   * @param {number} [options.incomingBufferBudget=134217728] most bytes those messages may hold;
+   *   more closes with 1009. Keep it above maxIncomingMessageSize.
+   * @param {number} [options.maxConcurrentHandlers=512] handlers running at once; later requests wait
+   *   in arrival order. A handler's slot is free again once its reply is sent.
    * @param {number} [options.sendBufferLimit=1048576] stop handing frames to the socket while its
    *   bufferedAmount exceeds this
    * @returns {Promise<BLIPConnection>} rejects with BLIPConnectionClosedError if the socket fails first
@@ -821,10 +878,13 @@ export class BLIPConnection {
   /** @internal Use BLIPConnection.connect. */
   constructor(ws, options = {}) {
     this._ws = ws;
-    this._frameSize = Math.max(64, options.frameSize || DEFAULT_FRAME_SIZE);
-    this._smallFrameSize = Math.max(64, Math.floor(this._frameSize / 4));
+    this._frameSize = clampedInteger(options.frameSize || undefined, DEFAULT_FRAME_SIZE, MIN_FRAME_SIZE, MAX_FRAME_SIZE);
+    this._smallFrameSize = Math.max(MIN_FRAME_SIZE, Math.floor(this._frameSize / 4));
     this._maxIncoming = options.maxIncomingMessageSize ?? DEFAULT_MAX_MESSAGE;
     this._sendBufferLimit = options.sendBufferLimit ?? DEFAULT_SEND_BUFFER_LIMIT;
+    this._maxHandlers = clampedInteger(options.maxConcurrentHandlers, DEFAULT_MAX_HANDLERS, 1, Number.MAX_SAFE_INTEGER);
+    this._runningHandlers = 0;
+    this._waitingRequests = []; // requests waiting for a handler slot, in arrival order
 
     this._handlers = new Map();
     this._outbox = []; // messages with frames to send, head first
@@ -847,6 +907,8 @@ export class BLIPConnection {
 
     this._receiver = new FrameReceiver({
       maxMessageSize: this._maxIncoming,
+      maxInProgress: clampedInteger(options.maxIncomingMessagesInProgress, DEFAULT_MAX_IN_PROGRESS, 1, Number.MAX_SAFE_INTEGER),
+      budget: clampedInteger(options.incomingBufferBudget, DEFAULT_INCOMING_BUDGET, 1, Number.MAX_SAFE_INTEGER),
       isAwaitedReply: (n) => this._pendingReplies.has(n),
       sendAck: (type, number, bytes) => this._sendAck(type, number, bytes),
     });
@@ -884,7 +946,8 @@ export class BLIPConnection {
   /**
    * Registers the handler for requests the peer sends with this `Profile`.
    * The handler returns `undefined` (empty reply) or `{ properties, body }`; throwing a BLIPError
-   * sends that ERR, anything else thrown sends ERR BLIP 500. No handler → ERR BLIP 404.
+   * sends that ERR (BLIP 500 if it cannot be encoded), anything else thrown sends ERR BLIP 500.
+   * No handler → ERR BLIP 404. At most `maxConcurrentHandlers` run at once; later requests wait.
    * @param {string} profile
    * @param {(request: BLIPMessage) => any} handler may be async; `null` removes it
    */
@@ -1002,16 +1065,21 @@ export class BLIPConnection {
       const msg = this._outbox.shift();
       const next = this._outbox[0];
       const budget = msg.urgent || !next || !next.urgent ? this._frameSize : this._smallFrameSize;
-      this._sendFrame(msg, budget);
+      try {
+        this._sendFrame(msg, budget);
+      } catch (e) {
+        // The message is off the out-box: put it back so _shutdown rejects its promise (it skips
+        // a promise already rejected), and end the connection rather than leave it wedged.
+        if (!this._outbox.includes(msg) && !this._paused.has(msg)) this._outbox.unshift(msg);
+        this._failConnection(e instanceof BLIPProtocolError ? e : internalError(e));
+        return;
+      }
     }
   }
 
   _sendFrame(msg, budget) {
     if (msg.type === TYPE_MSG && msg.number === 0) {
-      if (this._lastRequestNumber >= MAX_REQUEST_NUMBER) {
-        this._failConnection(new BLIPProtocolError('out of request numbers'));
-        return;
-      }
+      if (this._lastRequestNumber >= MAX_REQUEST_NUMBER) throw new BLIPProtocolError('out of request numbers');
       msg.number = ++this._lastRequestNumber;
       this._sending.set(msg.key, msg);
       // Registered before the first frame leaves, so no reply can arrive unmatched (sync_gateway#3221).
@@ -1065,8 +1133,10 @@ export class BLIPConnection {
 
   /** True if sending one more full frame would leave more than the window unacknowledged. */
   _mustWaitForAck(msg) {
+    const unacked = msg.bytesSent - msg.bytesAcked;
+    if (unacked <= 0) return false; // no ACK could ever come to release it
     const nextFrameBytes = Math.min(msg.length - msg.offset, this._frameSize) + 4;
-    return msg.bytesSent - msg.bytesAcked + nextFrameBytes > MAX_UNACKED;
+    return unacked + nextFrameBytes > MAX_UNACKED;
   }
 
   _sendAck(type, number, bytes) {
@@ -1138,39 +1208,76 @@ export class BLIPConnection {
     }
   }
 
-  async _dispatchRequest(request) {
-    const handler = this._handlers.get(request.profile);
+  /** Runs the request's handler now if a slot is free, else queues it (the receiver counts it). */
+  _dispatchRequest(request) {
+    if (this._runningHandlers < this._maxHandlers) {
+      this._startHandler(request);
+      return;
+    }
+    this._waitingRequests.push(request);
+    this._receiver.queuedMessages++;
+    this._receiver.queuedBytes += request.body.length;
+  }
+
+  _startHandler(request) {
+    this._runningHandlers++;
+    this._runHandler(request).catch((e) => this._failConnection(internalError(e)));
+  }
+
+  /** Frees a handler slot and gives it to the request that has waited longest. */
+  _handlerDone() {
+    this._runningHandlers--;
+    if (this._state !== 'open' || this._waitingRequests.length === 0) return;
+    const next = this._waitingRequests.shift();
+    this._receiver.queuedMessages--;
+    this._receiver.queuedBytes -= next.body.length;
+    this._startHandler(next);
+  }
+
+  /** Calls the handler and queues its reply; the slot is freed once the reply is sent. */
+  async _runHandler(request) {
     let reply;
+    try {
+      reply = await this._buildReply(request);
+    } catch (e) {
+      this._handlerDone();
+      throw e;
+    }
+    if (!reply || this._state !== 'open') {
+      this._handlerDone();
+      return;
+    }
+    this._enqueue(new OutgoingMessage({
+      type: reply.type, number: request.number, urgent: request.urgent, noReply: false, head: reply.head, body: reply.body,
+      onSent: () => this._handlerDone(),
+    }), true);
+  }
+
+  /** The RPY or ERR for a request, or null for a no-reply request. Never throws for the handler's sake. */
+  async _buildReply(request) {
+    const handler = this._handlers.get(request.profile);
     try {
       if (!handler) throw new BLIPError('BLIP', 404, `no handler for profile "${request.profile ?? ''}"`);
       const result = await handler(request);
-      if (request.noReply) return;
+      if (request.noReply) return null;
       const pairs = Object.entries(result?.properties ?? {}).map(([k, v]) => [k, String(v)]);
-      reply = { type: TYPE_RPY, head: encodeProperties(pairs), body: await bodyToBytes(result?.body) };
+      return { type: TYPE_RPY, head: encodeProperties(pairs), body: await bodyToBytes(result?.body) };
     } catch (e) {
-      if (request.noReply) return;
-      const error = e instanceof BLIPError ? e : new BLIPError('BLIP', 500, String(e && e.message || e));
-      const pairs = [['Error-Domain', String(error.domain)], ['Error-Code', String(error.code)]];
-      for (const [k, v] of Object.entries(error.properties ?? {})) {
-        if (k !== 'Error-Domain' && k !== 'Error-Code') pairs.push([k, String(v)]);
-      }
-      reply = { type: TYPE_ERR, head: encodeProperties(pairs), body: utf8Encoder.encode(error.message) };
+      if (request.noReply) return null;
+      return errorReply(e);
     }
-    if (this._state !== 'open') return;
-    this._enqueue(new OutgoingMessage({
-      type: reply.type, number: request.number, urgent: request.urgent, noReply: false, head: reply.head, body: reply.body,
-    }), true);
   }
 
   // --- internals: closing ---
 
   _closeSocket(code, reason) {
+    const shortReason = truncateReason(reason); // once: the fallbacks below reuse it
     try {
-      this._ws.close(code, truncateReason(reason));
+      this._ws.close(code, shortReason);
     } catch {
       // Browsers refuse codes outside 1000 and 3000-4999: use the same code in the private range.
       try {
-        this._ws.close(code >= 1000 && code < 2000 ? code + 3000 : 1000, truncateReason(reason));
+        this._ws.close(code >= 1000 && code < 2000 ? code + 3000 : 1000, shortReason);
       } catch {
         this._ws.close();
       }
@@ -1215,13 +1322,55 @@ export class BLIPConnection {
     this._outbox.length = 0;
     this._paused.clear();
     this._sending.clear();
+    this._waitingRequests.length = 0; // nobody is left to answer
     this._closedResolve({ code, reason, wasClean: !!wasClean });
   }
 }
 
 /** Browsers refuse close reasons over 123 UTF-8 bytes. */
 function truncateReason(reason) {
-  let s = String(reason ?? '');
-  while (utf8Encoder.encode(s).length > 123) s = s.slice(0, -1);
-  return s;
+  // 123 UTF-16 units encode to at least 123 bytes, so longer input is never needed; a surrogate
+  // pair split here becomes U+FFFD at the very end, which the cut below removes.
+  const s = String(reason ?? '').slice(0, 123);
+  const bytes = utf8Encoder.encode(s);
+  if (bytes.length <= 123) return s;
+  let end = 123;
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--; // back to the start of a character
+  return utf8Decoder.decode(bytes.subarray(0, end));
+}
+
+/** Wraps an unexpected exception of ours so that _failConnection closes with 1011 (4011 on the wire). */
+function internalError(e) {
+  const error = new Error(`internal error: ${e && e.message || e}`);
+  error.closeCode = CLOSE_INTERNAL_ERROR;
+  error.cause = e;
+  return error;
+}
+
+/**
+ * The ERR reply for what a handler threw. A BLIPError is sent as it is if it can be encoded
+ * (no NUL, properties within 100 KiB); otherwise, and for anything else, BLIP 500 — the peer
+ * must get some reply.
+ */
+function errorReply(e) {
+  let message;
+  try {
+    message = String(e && e.message || e);
+  } catch {
+    message = 'handler failed'; // e.g. a thrown object whose toString throws
+  }
+  if (e instanceof BLIPError) {
+    try {
+      const pairs = [['Error-Domain', String(e.domain)], ['Error-Code', String(e.code)]];
+      for (const [k, v] of Object.entries(e.properties ?? {})) {
+        if (k !== 'Error-Domain' && k !== 'Error-Code') pairs.push([k, String(v)]);
+      }
+      return { type: TYPE_ERR, head: encodeProperties(pairs), body: utf8Encoder.encode(message) };
+    } catch {
+      // fall through to the plain ERR
+    }
+  }
+  return {
+    type: TYPE_ERR, head: encodeProperties([['Error-Domain', 'BLIP'], ['Error-Code', '500']]), body: utf8Encoder.encode(message),
+  };
 }

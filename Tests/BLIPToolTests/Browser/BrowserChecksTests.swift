@@ -15,7 +15,7 @@ struct BrowserChecksTests {
     static let fixtureSets = ["go-blip", "litecore"]
     /// The checks the page must report (by name prefix); one missing fails the test, so that a page that
     /// stops early cannot pass.
-    static let minimumChecks = 20
+    static let minimumChecks = 37
 
     static let unavailable: String? = {
         if !HeadlessChromium.isAvailable {

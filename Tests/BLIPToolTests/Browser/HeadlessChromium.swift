@@ -28,7 +28,6 @@ final class HeadlessChromium: @unchecked Sendable {  // lets only; Process is sa
         var description: String
     }
 
-    private let driver = Process()
     private let base: URL
     private let session: String
     private let profile: URL
@@ -53,13 +52,24 @@ final class HeadlessChromium: @unchecked Sendable {  // lets only; Process is sa
         driver.standardError = FileHandle.nullDevice
         try driver.run()
         // "ChromeDriver was started successfully on port N." comes within its first lines; read on a Dispatch
-        // thread so that a slow start does not hold one of the few threads of Swift concurrency.
-        let port: Int = try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(with: Result { try Self.readPort(output.fileHandleForReading) })
-                // Whatever it writes later must not fill the pipe and block it.
-                _ = try? output.fileHandleForReading.readToEnd()
+        // thread so that a slow start does not hold one of the few threads of Swift concurrency. A driver
+        // that never says is killed after a minute, which ends the read.
+        let giveUp = DispatchWorkItem { _ = Glibc.kill(driver.processIdentifier, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: giveUp)
+        let port: Int
+        do {
+            port = try await withCheckedThrowingContinuation { continuation in
+                DispatchQueue.global().async {
+                    continuation.resume(with: Result { try Self.readPort(output.fileHandleForReading) })
+                    // Whatever it writes later must not fill the pipe and block it.
+                    _ = try? output.fileHandleForReading.readToEnd()
+                }
             }
+            giveUp.cancel()
+        } catch {
+            giveUp.cancel()
+            await Self.kill(driver)
+            throw error
         }
         let profile = FileManager.default.temporaryDirectory.appendingPathComponent(
             "blip-chromium-\(UUID().uuidString)"
@@ -92,7 +102,7 @@ final class HeadlessChromium: @unchecked Sendable {  // lets only; Process is sa
             }
             let browser = HeadlessChromium(driverPort: port, session: session, profile: profile)
             browser.adopt(driver)
-            let milliseconds = Int(scriptTimeout.components.seconds * 1000)
+            let milliseconds = Int(scriptTimeout / .milliseconds(1))
             _ = try await browser.call("POST", "timeouts", ["script": milliseconds, "pageLoad": 120_000])
             return browser
         } catch {

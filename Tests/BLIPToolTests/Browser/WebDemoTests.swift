@@ -23,35 +23,38 @@ struct WebDemoTests {
             ServerProcess.executable!,
             command: ["demo", "--web", "--port", "0", "--seconds", "120"]
         )
-        let base = "127.0.0.1:\(demo.port)"
-        var output = ""
-        defer { if !output.isEmpty { print(output) } }
+        do {
+            let base = "127.0.0.1:\(demo.port)"
 
-        let (page, pageResponse) = try await URLSession.shared.data(from: URL(string: "http://\(base)/")!)
-        #expect((pageResponse as? HTTPURLResponse)?.statusCode == 200)
-        #expect(String(decoding: page, as: UTF8.self).contains("from '/_blip/blip.js'"))
-        let (module, _) = try await URLSession.shared.data(from: URL(string: "http://\(base)/_blip/blip.js")!)
-        #expect(Array(module) == BLIPBrowserClient.module)
+            let (page, pageResponse) = try await URLSession.shared.data(from: URL(string: "http://\(base)/")!)
+            #expect((pageResponse as? HTTPURLResponse)?.statusCode == 200)
+            #expect(String(decoding: page, as: UTF8.self).contains("from '/_blip/blip.js'"))
+            let (module, _) = try await URLSession.shared.data(from: URL(string: "http://\(base)/_blip/blip.js")!)
+            #expect(Array(module) == BLIPBrowserClient.module)
 
-        let ticks = NIOLockedValueBox<[String]>([])
-        var router = BLIPRouter()
-        router.register(profile: "web.tick") { request, _ in
-            ticks.withLockedValue { $0.append(request.properties["Tick"] ?? "?") }
-            return BLIPResponse(text: "page saw tick \(request.properties["Tick"] ?? "?")")
-        }
-        try await BLIPWebSocketClient.connect(to: "ws://\(base)/bridge", router: router) { connection in
-            let reply = try await connection.sendRequest(BLIPRequest(profile: "native.ask", text: "hello"))
-            #expect(String(buffer: reply.body) == "native read 5 bytes")
-            #expect(reply.properties["Native-Time"] != nil)
-            let error = await #expect(throws: BLIPError.self) {
-                try await connection.sendRequest(BLIPRequest(profile: "native.fail"))
+            let ticks = NIOLockedValueBox<[String]>([])
+            var router = BLIPRouter()
+            router.register(profile: "web.tick") { request, _ in
+                ticks.withLockedValue { $0.append(request.properties["Tick"] ?? "?") }
+                return BLIPResponse(text: "page saw tick \(request.properties["Tick"] ?? "?")")
             }
-            #expect(error?.code.rawValue == 418)
-            // The native side calls into the page once a second.
-            try await eventually { ticks.withLockedValue { $0.count >= 2 } }
-            #expect(ticks.withLockedValue { Array($0.prefix(2)) } == ["1", "2"])
+            try await BLIPWebSocketClient.connect(to: "ws://\(base)/bridge", router: router) { connection in
+                let reply = try await connection.sendRequest(BLIPRequest(profile: "native.ask", text: "hello"))
+                #expect(String(buffer: reply.body) == "native read 5 bytes")
+                #expect(reply.properties["Native-Time"] != nil)
+                let error = await #expect(throws: BLIPError.self) {
+                    try await connection.sendRequest(BLIPRequest(profile: "native.fail"))
+                }
+                #expect(error?.code.rawValue == 418)
+                // The native side calls into the page once a second.
+                try await eventually { ticks.withLockedValue { $0.count >= 2 } }
+                #expect(ticks.withLockedValue { Array($0.prefix(2)) } == ["1", "2"])
+            }
+        } catch {
+            print(await demo.stopped())
+            throw error
         }
-        output = await demo.stopped()
-        #expect(output.isEmpty || !output.contains("Fatal"))
+        let output = await demo.stopped()
+        #expect(!output.contains("Fatal"), "\(output)")
     }
 }

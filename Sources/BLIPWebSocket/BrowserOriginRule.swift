@@ -1,0 +1,48 @@
+/// Who may use a server that serves web pages (``BLIPStaticFiles``), judged by the `Host` and `Origin`
+/// headers: a loopback address is not a boundary against the web pages in the user's own browser.
+///
+/// - A page from any site can open `ws://127.0.0.1:PORT/`; browsers say where it came from in `Origin`.
+///   An upgrade with an `Origin` is accepted only from the server's own pages (the origin is the `Host`
+///   it asked for) or from ``BLIPStaticFiles/allowedOrigins``. Clients that send no `Origin` (apps,
+///   Couchbase Lite, go-blip) are not browsers and are not affected.
+/// - A site can also rebind its own name to 127.0.0.1 (DNS rebinding): its page is then same-origin with
+///   the server under the site's name. So unless ``BLIPStaticFiles/servesRemoteClients`` is on, the
+///   `Host` must name this machine (`127.0.0.1`, `[::1]`, `localhost`) for files and for same-origin
+///   upgrades.
+struct BrowserOriginRule: Sendable, Hashable {
+    let allowedOrigins: Set<String>
+    let allowsAnyHost: Bool
+
+    init(_ files: BLIPStaticFiles) {
+        self.allowedOrigins = Set(files.allowedOrigins.map { $0.lowercased() })
+        self.allowsAnyHost = files.servesRemoteClients
+    }
+
+    /// Whether a plain request with this `Host` may get files.
+    func allowsFiles(host: String?) -> Bool {
+        self.allowsAnyHost || host.map(Self.namesThisMachine) == true
+    }
+
+    /// Whether an upgrade with this `Origin` (nil: none sent) and `Host` may go on.
+    func allowsUpgrade(origin: String?, host: String?) -> Bool {
+        guard let origin = origin?.lowercased() else { return true }
+        if self.allowedOrigins.contains(origin) { return true }
+        guard let host = host?.lowercased(), self.allowsFiles(host: host) else { return false }
+        return origin == "http://\(host)" || origin == "https://\(host)"
+    }
+
+    /// Whether a `Host` value (a name or address, perhaps with a port) is this machine's loopback.
+    static func namesThisMachine(_ host: String) -> Bool {
+        let name: Substring
+        if host.hasPrefix("[") {
+            guard let end = host.firstIndex(of: "]") else { return false }
+            name = host[host.index(after: host.startIndex)..<end]
+        } else {
+            name = host.prefix { $0 != ":" }
+        }
+        switch name.lowercased() {
+        case "localhost", "::1": return true
+        default: return name.hasPrefix("127.") && name.split(separator: ".").count == 4
+        }
+    }
+}
