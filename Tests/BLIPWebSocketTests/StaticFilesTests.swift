@@ -288,6 +288,65 @@ struct StaticFilesTests {
         }
     }
 
+    @Test("a large file to a slow reader is not cut at the handshake timeout; each chunk has that long")
+    func slowReaderGetsWholeFile() async throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let size = 16 << 20
+        try Data(repeating: 0x42, count: size).write(to: URL(fileURLWithPath: folder.path("big.bin")))
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.handshakeTimeout = .seconds(4)
+        configuration.staticFiles = BLIPStaticFiles(directory: folder.root)
+        try await withServer(configuration, eventLoopGroup: Self.group) { server in
+            let closed = Self.group.next().makePromise(of: [UInt8].self)
+            let reader = PacedReader(closed: closed)
+            let channel = try await ClientBootstrap(group: Self.group)
+                .channelOption(.autoRead, value: false)
+                .channelInitializer { $0.pipeline.addHandler(reader) }
+                .connect(host: "127.0.0.1", port: server.port)
+                .get()
+            let request = "GET /big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            try await channel.writeAndFlush(ByteBuffer(string: request))
+            // Three pauses of 2.5 s, each shorter than the 4 s bound, 7.5 s in all: longer than the
+            // handshake timeout, which used to close the connection mid-body.
+            for _ in 0..<3 {
+                try await Task.sleep(for: .milliseconds(2500))
+                channel.eventLoop.execute { reader.allow(reads: 64) }
+            }
+            channel.eventLoop.execute { reader.readFreely() }
+            let bytes = try await closed.futureResult.get()
+            let end = try #require(bytes.firstRange(of: Array("\r\n\r\n".utf8)))
+            #expect(String(decoding: bytes[..<end.lowerBound], as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+            #expect(bytes.count - end.upperBound == size)
+        }
+    }
+
+    @Test("a client that stops reading a file is closed after the per-chunk bound")
+    func stuckReaderClosed() async throws {
+        let folder = try TemporaryFolder()
+        defer { folder.remove() }
+        let size = 64 << 20  // more than the kernel's socket buffers on both sides hold
+        try Data(repeating: 0x42, count: size).write(to: URL(fileURLWithPath: folder.path("big.bin")))
+        var configuration = BLIPWebSocketServer.Configuration.forTests
+        configuration.handshakeTimeout = .seconds(2)
+        configuration.staticFiles = BLIPStaticFiles(directory: folder.root)
+        try await withServer(configuration, eventLoopGroup: Self.group) { server in
+            let closed = Self.group.next().makePromise(of: [UInt8].self)
+            let reader = PacedReader(closed: closed)
+            let channel = try await ClientBootstrap(group: Self.group)
+                .channelOption(.autoRead, value: false)
+                .channelInitializer { $0.pipeline.addHandler(reader) }
+                .connect(host: "127.0.0.1", port: server.port)
+                .get()
+            try await channel.writeAndFlush(ByteBuffer(string: "GET /big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"))
+            try await Task.sleep(for: .seconds(5))
+            // What the kernel buffered, then the server's close.
+            channel.eventLoop.execute { reader.readFreely() }
+            let bytes = try await closed.futureResult.get()
+            #expect(bytes.count < size, "the server sent the whole file to a client that did not read")
+        }
+    }
+
     @Test("a directory that is not there fails the bind")
     func missingDirectory() async throws {
         var configuration = BLIPWebSocketServer.Configuration.forTests
@@ -295,6 +354,51 @@ struct StaticFilesTests {
         configuration.staticFiles = BLIPStaticFiles(directory: "/nonexistent-blip-static-\(UUID().uuidString)")
         await #expect(throws: BLIPStaticFiles.NotADirectory.self) {
             _ = try await BLIPWebSocketServer.bind(configuration: configuration, eventLoopGroup: Self.group)
+        }
+    }
+}
+
+/// A client that reads only when told (automatic reading off): a reader slower than the server's writes.
+/// Its state is touched on its channel's event loop only.
+final class PacedReader: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+
+    private var context: ChannelHandlerContext?
+    private var readsLeft = 0
+    private var bytes: [UInt8] = []
+    private let closed: EventLoopPromise<[UInt8]>
+
+    init(closed: EventLoopPromise<[UInt8]>) {
+        self.closed = closed
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        self.bytes += Self.unwrapInboundIn(data).readableBytesView
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        guard self.readsLeft > 0 else { return }
+        self.readsLeft -= 1
+        context.read()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.closed.succeed(self.bytes)
+    }
+
+    /// Lets `reads` more socket reads happen (at most 64 KiB each).
+    func allow(reads: Int) {
+        self.readsLeft = reads - 1
+        self.context?.read()
+    }
+
+    func readFreely() {
+        self.context?.channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in
+            self.context?.read()
         }
     }
 }
