@@ -1,3 +1,5 @@
+public import NIOCore
+
 /// Plain HTTP files served on the same port as a ``BLIPWebSocketServer``'s BLIP endpoint: the browser
 /// client module (``BLIPBrowserClient``) and, optionally, an application's own page and assets from a
 /// directory, as the local servers inside hybrid apps do for their web half.
@@ -25,6 +27,10 @@ public struct BLIPStaticFiles: Sendable, Hashable {
     /// cannot reach the bridge. Clients that send no `Origin` (apps, Couchbase Lite, go-blip) are not
     /// affected. Files are not behind the server's upgrade handler: they go to any client allowed here.
     public var allowedOrigins: [String] = []
+    /// How long one 64 KiB chunk of a file may take to be written before the client is given up on. The
+    /// request itself must come within the server's handshake timeout; a file's body may take as long as
+    /// its reader keeps reading.
+    public var writeTimeout = TimeAmount.seconds(10)
 
     public init(
         directory: String? = nil,

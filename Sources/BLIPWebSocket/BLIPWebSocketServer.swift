@@ -185,9 +185,7 @@ public final class BLIPWebSocketServer: Sendable {
         let tlsContext = try configuration.tls.map(Self.makeTLSContext)
         let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
         let policy = UpgradePolicy(configuration: configuration)
-        let staticFiles = try configuration.staticFiles.map {
-            try StaticFileResponder($0, writeTimeout: configuration.handshakeTimeout)
-        }
+        let staticFiles = try configuration.staticFiles.map { try StaticFileResponder($0) }
         let captureCounter = CaptureCounter()
         let rawChannels = RawChannels()
         let settings = UpgradedServerChannel.Settings(

@@ -17,8 +17,8 @@ internal import NIOPosix
 /// is read only when the previous one has been written: a slow reader holds one chunk, not the file. The
 /// connection closes after each response, as the server's other plain-HTTP answers do. The request must
 /// arrive within the server's handshake timeout like any other; once a file's body starts, that timeout
-/// gives way to one per chunk (the same length), so a large file is not cut off but a client that stops
-/// reading is closed.
+/// gives way to one per chunk (``BLIPStaticFiles/writeTimeout``), so a large file is not cut off but a
+/// client that stops reading is closed.
 struct StaticFileResponder: Sendable {
     static let chunkSize = 64 * 1024
 
@@ -31,7 +31,7 @@ struct StaticFileResponder: Sendable {
     let writeTimeout: TimeAmount
     let threadPool: NIOThreadPool
 
-    init(_ files: BLIPStaticFiles, writeTimeout: TimeAmount, threadPool: NIOThreadPool = .singleton) throws {
+    init(_ files: BLIPStaticFiles, threadPool: NIOThreadPool = .singleton) throws {
         if let directory = files.directory {
             guard let root = Self.resolved(directory), root != "/", Self.isDirectory(root) else {
                 throw BLIPStaticFiles.NotADirectory(path: directory)
@@ -43,7 +43,7 @@ struct StaticFileResponder: Sendable {
         self.servesBrowserClient = files.servesBrowserClient
         self.servesRemoteClients = files.servesRemoteClients
         self.origins = BrowserOriginRule(files)
-        self.writeTimeout = writeTimeout
+        self.writeTimeout = files.writeTimeout
         self.threadPool = threadPool
     }
 
