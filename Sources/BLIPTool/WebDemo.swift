@@ -62,8 +62,7 @@ struct WebDemo {
                     BLIPRequest(profile: "web.tick", properties: ["Tick": "\(tick)"], text: "tick \(tick) from Swift")
                 )
                 let elapsed = ContinuousClock.now - started
-                let milliseconds =
-                    Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1e3
+                let milliseconds = elapsed / .milliseconds(1)
                 let shown = milliseconds.formatted(.number.precision(.fractionLength(2)))
                 Self.say("native → web   web.tick #\(tick): \"\(String(buffer: reply.body))\" in \(shown) ms")
             } catch {

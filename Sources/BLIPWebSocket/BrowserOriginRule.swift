@@ -11,6 +11,7 @@
 ///   upgrades.
 struct BrowserOriginRule: Sendable, Hashable {
     let allowedOrigins: Set<String>
+    /// ``BLIPStaticFiles/servesRemoteClients``: any client address and any `Host` may have files.
     let allowsAnyHost: Bool
 
     init(_ files: BLIPStaticFiles) {

@@ -25,7 +25,6 @@ struct StaticFileResponder: Sendable {
     /// The directory after symbolic links are resolved: every file served must resolve to a path under it.
     let root: String?
     let servesBrowserClient: Bool
-    let servesRemoteClients: Bool
     let origins: BrowserOriginRule
     /// How long one chunk may take to be written before the client is given up on.
     let writeTimeout: TimeAmount
@@ -41,7 +40,6 @@ struct StaticFileResponder: Sendable {
             self.root = nil
         }
         self.servesBrowserClient = files.servesBrowserClient
-        self.servesRemoteClients = files.servesRemoteClients
         self.origins = BrowserOriginRule(files)
         self.writeTimeout = files.writeTimeout
         self.threadPool = threadPool
@@ -62,7 +60,7 @@ struct StaticFileResponder: Sendable {
     /// Writes the answer to `head` and closes the connection.
     func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        guard self.servesRemoteClients || Self.isLoopback(context.channel.remoteAddress) else {
+        guard self.origins.allowsAnyHost || Self.isLoopback(context.channel.remoteAddress) else {
             return Self.answer(.forbidden, "static files are served to this machine only\n", head, loopBound)
         }
         guard self.origins.allowsFiles(host: head.headers.first(name: "Host")) else {
