@@ -13,7 +13,15 @@ export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${BLIP_TSAN_WIDTH:-4}"
 volume='StreamedReplyOverSocketTests|StreamingOverSocketTests|BenchWorkloadTests|HandlerOrderTests/serialOrder'
 volume+='|HostilePeerTests|FileDescriptorLimitTests|BrowserChecksTests'
 swift build --build-tests --sanitize=thread --scratch-path .build-tsan
+status=0
 TSAN_OPTIONS="suppressions=$PWD/.ci/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}" \
     swift test --skip-build --sanitize=thread --scratch-path .build-tsan --skip "${BLIP_TSAN_SKIP:-$volume}" 2>&1 \
-    | tee .build-tsan/test-output.txt
+    | tee .build-tsan/test-output.txt || status=$?
+# A report is printed where it happened, among thousands of lines; repeat every one at the end, where a
+# reader of the log (and CI's excerpt of its tail) looks first.
+if grep -q "^WARNING: ThreadSanitizer" .build-tsan/test-output.txt; then
+    echo "== ThreadSanitizer reports of this run, again:"
+    sed -n '/^WARNING: ThreadSanitizer/,/^SUMMARY: ThreadSanitizer/p' .build-tsan/test-output.txt | head -n 600
+fi
 grep -E "^(✔|✘) Test run with" .build-tsan/test-output.txt | tail -n 1 | sed 's/^/tsan: /'
+exit "$status"

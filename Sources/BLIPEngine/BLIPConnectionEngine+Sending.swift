@@ -151,7 +151,7 @@ extension BLIPConnectionEngine {
     ///
     /// - Parameter now: the time the frame leaves, for measuring round trips.
     public func nextFrame(into output: inout ByteBuffer, now: NIODeadline) throws(BLIPEngineError) -> BLIPNextFrame {
-        guard !self.isClosed, self.failure == nil || self.isFinishingReplies else { return .idle }
+        guard !self.isClosed, !self.hasFailed || self.isFinishingReplies else { return .idle }
         if let ack = self.pendingACKs.popFirst() {
             let start = output.writerIndex
             do {
@@ -196,7 +196,6 @@ extension BLIPConnectionEngine {
                     )
                 }
             }
-            self.sending[state.wireIdentity] = state
         }
 
         // LiteCore's rule: a normal message gets a small frame while an urgent one waits behind it.
@@ -224,9 +223,12 @@ extension BLIPConnectionEngine {
 
         if isLastFrame {
             self.outgoing.removeValue(forKey: state.id)
-            self.sending.removeValue(forKey: state.wireIdentity)
+            if !isFirstFrame { self.sending.removeValue(forKey: state.wireIdentity) }
             self.encoder.recycle(&state.data)
         } else {
+            // Only a message with frames still to come can be ACKed, so only such a message is looked up
+            // by its number: a one-frame message skips the dictionary.
+            if isFirstFrame { self.sending[state.wireIdentity] = state }
             if self.dialect.hasFlowControl && !self.isFinishingReplies {
                 state.unacknowledgedFrames.append((state.bytesSent, now))
                 if state.unacknowledgedBytes >= self.window.size {

@@ -10,37 +10,45 @@ public import NIOCore
 /// can take a frame, and ``receive(_:now:)`` for every frame that arrives; after a thrown
 /// ``BLIPEngineError/Code/protocolViolation`` it closes the transport and calls ``close()`` to learn what
 /// to fail. Not thread-safe: one engine belongs to one event loop, or sits behind one lock.
+///
+/// Its stored properties (and those of its per-message state and its frame encoder and decoder) are marked
+/// `@exclusivity(unchecked)`: the engine calls out to no other code, so one access to its state can never
+/// overlap another, and Swift's run-time checks of that cost 8 % of a round trip's instructions
+/// (Docs/Benchmarks.md, "Instructions per round trip").
 public final class BLIPConnectionEngine {
     public let configuration: BLIPEngineConfiguration
     public var dialect: BLIPDialect { self.configuration.dialect }
 
     let encoder: BLIPFrameEncoder
     let decoder: BLIPFrameDecoder
-    var isClosed = false
+    @exclusivity(unchecked) var isClosed = false
     /// Set by a fatal error: the engine refuses further work until closed.
-    var failure: BLIPEngineError?
+    @exclusivity(unchecked) var failure: BLIPEngineError?
+    /// `failure != nil`, kept beside it: the hot path asks this for every frame, and comparing the optional
+    /// error with nil copies it.
+    @exclusivity(unchecked) var hasFailed = false
 
     // MARK: Sending
 
-    var outbox = BLIPOutbox<OutgoingMessageState>()
+    @exclusivity(unchecked) var outbox = BLIPOutbox<OutgoingMessageState>()
     /// ACKs go out ahead of every message frame.
-    var pendingACKs: Deque<(type: BLIPMessageType, number: UInt64, count: Int)> = []
+    @exclusivity(unchecked) var pendingACKs: Deque<(type: BLIPMessageType, number: UInt64, count: Int)> = []
     /// Every message of ours not yet fully sent.
-    var outgoing: [BLIPOutgoingID: OutgoingMessageState] = [:]
+    @exclusivity(unchecked) var outgoing: [BLIPOutgoingID: OutgoingMessageState] = [:]
     /// Started, unfinished messages by wire identity, for matching ACKs.
-    var sending: [BLIPIncomingID: OutgoingMessageState] = [:]
+    @exclusivity(unchecked) var sending: [BLIPIncomingID: OutgoingMessageState] = [:]
     /// Our sent requests whose reply has not started arriving, by number.
-    var awaitingReply: [UInt64: PendingReply] = [:]
-    var nextOutgoingID: UInt64 = 1
-    var lastRequestNumberSent: UInt64 = 0
-    var window: SendWindowEstimator
+    @exclusivity(unchecked) var awaitingReply: [UInt64: PendingReply] = [:]
+    @exclusivity(unchecked) var nextOutgoingID: UInt64 = 1
+    @exclusivity(unchecked) var lastRequestNumberSent: UInt64 = 0
+    @exclusivity(unchecked) var window: SendWindowEstimator
     /// Message data of our replies not yet started: what the peer's requests made us hold for it.
-    var replyBytesQueued = 0
+    @exclusivity(unchecked) var replyBytesQueued = 0
     /// Incomplete property blocks of incoming messages (they may straddle frames).
-    var propertyBytesBuffered = 0
+    @exclusivity(unchecked) var propertyBytesBuffered = 0
     /// After a fatal error: complete replies may still be framed, nothing else (see
     /// ``finishRepliesAfterFailure()``).
-    var isFinishingReplies = false
+    @exclusivity(unchecked) var isFinishingReplies = false
 
     struct PendingReply {
         let request: BLIPOutgoingID
@@ -51,10 +59,10 @@ public final class BLIPConnectionEngine {
     // MARK: Receiving
 
     /// Messages the peer has started and not finished.
-    var incoming: [BLIPIncomingID: IncomingMessageState] = [:]
-    var lastRequestNumberReceived: UInt64 = 0
+    @exclusivity(unchecked) var incoming: [BLIPIncomingID: IncomingMessageState] = [:]
+    @exclusivity(unchecked) var lastRequestNumberReceived: UInt64 = 0
     /// The peer's requests that we may still answer, by number.
-    var unanswered: [UInt64: UnansweredRequest] = [:]
+    @exclusivity(unchecked) var unanswered: [UInt64: UnansweredRequest] = [:]
 
     struct UnansweredRequest {
         let isUrgent: Bool
@@ -76,7 +84,7 @@ public final class BLIPConnectionEngine {
 
     /// Whether ``nextFrame(into:now:)`` would produce a frame now.
     public var hasFrameToSend: Bool {
-        !self.isClosed && self.failure == nil && !(self.pendingACKs.isEmpty && self.outbox.isEmpty)
+        !self.isClosed && !self.hasFailed && !(self.pendingACKs.isEmpty && self.outbox.isEmpty)
     }
 
     /// The current send window (bytes one message may have unacknowledged).
@@ -173,7 +181,7 @@ public final class BLIPConnectionEngine {
     /// before the connection closes. Nothing else is sent: no ACKs, no requests, no streamed or held
     /// replies. The driver decides how many bytes it writes this way, then calls ``close()``.
     public func finishRepliesAfterFailure() {
-        guard self.failure != nil, !self.isClosed, !self.isFinishingReplies else { return }
+        guard self.hasFailed, !self.isClosed, !self.isFinishingReplies else { return }
         self.isFinishingReplies = true
         self.pendingACKs.removeAll()
         var wasQueued = Set<BLIPOutgoingID>()
@@ -189,13 +197,14 @@ public final class BLIPConnectionEngine {
     }
 
     func checkUsable() throws(BLIPEngineError) {
-        if let failure { throw failure }
+        if self.hasFailed, let failure { throw failure }
         if self.isClosed { throw BLIPEngineError(.closed, "the connection is closed") }
     }
 
     /// Records a fatal error: the engine refuses further work and the driver must close.
     func fail(_ error: BLIPEngineError) -> BLIPEngineError {
         self.failure = error
+        self.hasFailed = true
         return error
     }
 }

@@ -2,35 +2,38 @@ internal import BLIPWire
 internal import DequeModule
 
 /// One message the peer is sending us, between its first and last frame.
+///
+/// Its stored properties skip Swift's run-time exclusivity checks, as `BLIPConnectionEngine`'s do, for the
+/// same reason: it calls out to no other code, so no two accesses to its state can overlap.
 final class IncomingMessageState {
     let id: BLIPIncomingID
     let type: BLIPMessageType
     let flags: BLIPFrameFlags
-    var reader: BLIPMessageReader
+    @exclusivity(unchecked) var reader: BLIPMessageReader
     /// For a reply: our request.
     let request: BLIPOutgoingID?
-    var headDelivered = false
+    @exclusivity(unchecked) var headDelivered = false
     /// Too large, or a reply nobody wants: remaining frames are read and dropped.
-    var isDiscarding = false
+    @exclusivity(unchecked) var isDiscarding = false
     /// Bytes drained unread (frame bytes, or what a BLIP 3 frame inflated to, whichever is larger): since
     /// the message was refused when it is too large, since its start otherwise.
-    var bytesDrained = 0
-    var isTooLarge = false
+    @exclusivity(unchecked) var bytesDrained = 0
+    @exclusivity(unchecked) var isTooLarge = false
     /// An oversized request already answered ERR BLIP/413 (before its last frame).
-    var wasRefusedEarly = false
+    @exclusivity(unchecked) var wasRefusedEarly = false
     /// Body bytes count as consumed once delivered (the application buffers them).
-    var consumesAutomatically = true
+    @exclusivity(unchecked) var consumesAutomatically = true
 
     /// Frame bytes after the header received, and the value of the last ACK sent.
-    var bytesReceived = 0
-    var bytesAcknowledged = 0
+    @exclusivity(unchecked) var bytesReceived = 0
+    @exclusivity(unchecked) var bytesAcknowledged = 0
     /// Frame bytes whose body bytes have all been consumed: what may be acknowledged.
-    var bytesConsumable = 0
+    @exclusivity(unchecked) var bytesConsumable = 0
     /// Body bytes delivered and consumed.
-    var bodyDelivered = 0
-    var bodyConsumed = 0
+    @exclusivity(unchecked) var bodyDelivered = 0
+    @exclusivity(unchecked) var bodyConsumed = 0
     /// For frames not yet consumed: the cumulative frame bytes and body bytes once each is consumed.
-    var unconsumedFrames: Deque<(bytesReceived: Int, bodyDelivered: Int)> = []
+    @exclusivity(unchecked) var unconsumedFrames: Deque<(bytesReceived: Int, bodyDelivered: Int)> = []
 
     init(
         id: BLIPIncomingID,

@@ -4,34 +4,37 @@ internal import NIOCore
 
 /// One message we are sending: its remaining data, where it is (queued, paused, starved, held), and its
 /// flow-control counters.
+///
+/// Its stored properties skip Swift's run-time exclusivity checks, as `BLIPConnectionEngine`'s do, for the
+/// same reason: it calls out to no other code, so no two accesses to its state can overlap.
 final class OutgoingMessageState: BLIPOutboxEntry {
     let id: BLIPOutgoingID
     let type: BLIPMessageType
     /// The wire number: a request's is assigned at its first frame (0 until then); a reply's is its request's.
-    var number: UInt64
+    @exclusivity(unchecked) var number: UInt64
     /// Flags on every frame: urgent, no-reply, compressed (requested).
-    var flags: BLIPFrameFlags
-    var data: BLIPMessageData
+    @exclusivity(unchecked) var flags: BLIPFrameFlags
+    @exclusivity(unchecked) var data: BLIPMessageData
     /// Whether `data` holds the rest of the message (false while a streamed body is still coming).
-    var isBodyComplete: Bool
+    @exclusivity(unchecked) var isBodyComplete: Bool
     let isStreamed: Bool
     let streamsReply: Bool
 
     /// Frame bytes after the header (CRC included) sent and acknowledged: the units of ACKs.
-    var bytesSent = 0
-    var bytesAcknowledged = 0
-    var framesSent = 0
+    @exclusivity(unchecked) var bytesSent = 0
+    @exclusivity(unchecked) var bytesAcknowledged = 0
+    @exclusivity(unchecked) var framesSent = 0
     /// Cumulative `bytesSent` after each frame not yet acknowledged, with its send time: for round trips.
-    var unacknowledgedFrames: Deque<(bytesSent: Int, time: NIODeadline)> = []
+    @exclusivity(unchecked) var unacknowledgedFrames: Deque<(bytesSent: Int, time: NIODeadline)> = []
     /// Held back by the send window since the last ACK.
-    var wasWindowLimited = false
+    @exclusivity(unchecked) var wasWindowLimited = false
 
-    var isQueued = false
-    var isPaused = false
+    @exclusivity(unchecked) var isQueued = false
+    @exclusivity(unchecked) var isPaused = false
     /// A reply whose request is still arriving: it may not leave before the request is complete.
-    var isHeld = false
+    @exclusivity(unchecked) var isHeld = false
     /// Its reply, if any, is to be dropped.
-    var isAbandoned = false
+    @exclusivity(unchecked) var isAbandoned = false
 
     init(
         id: BLIPOutgoingID,

@@ -3,8 +3,35 @@ internal import Foundation
 internal import NIOCore
 internal import NIOPosix
 
-/// `blip`: a BLIP client, server, benchmark and frame dissector.
+/// The process's entry point. It is synchronous so that the main thread's wait can be chosen: by default it
+/// hands the thread to Dispatch (`dispatchMain()`, what an `async` main does); with
+/// `BLIP_MAIN_THREAD_WAITS=1` it blocks on a semaphore instead. valgrind (3.19 and 3.24) stops with an
+/// internal SIGSEGV in the signal thread `dispatchMain()` makes, so instruction counts under callgrind
+/// (`blip bench --workload in-memory`, Docs/Benchmarks.md) need the second.
 @main
+enum BLIPMain {
+    static func main() {
+        let environment = ProcessInfo.processInfo.environment
+        // Swift concurrency on NIO's event loops: a task resumed by a connection's event loop continues on
+        // that thread instead of waking another one (two thread switches per round trip saved).
+        if environment["BLIP_CONCURRENCY_ON_EVENT_LOOPS"] != "0" {
+            NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        }
+        let waits = environment["BLIP_MAIN_THREAD_WAITS"] == "1"
+        let finished = DispatchSemaphore(value: 0)
+        Task.detached {
+            await BLIPTool.parseAndRun()
+            if waits { finished.signal() } else { exit(0) }
+        }
+        if waits {
+            finished.wait()
+            return
+        }
+        dispatchMain()
+    }
+}
+
+/// `blip`: a BLIP client, server, benchmark and frame dissector.
 struct BLIPTool: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "blip",
@@ -16,13 +43,19 @@ struct BLIPTool: AsyncParsableCommand {
         ]
     )
 
-    /// Runs Swift concurrency on NIO's event loops, so that a task resumed by a connection's event loop
-    /// continues on that thread instead of waking another one (two thread switches per round trip saved).
-    static func main() async {
-        if ProcessInfo.processInfo.environment["BLIP_CONCURRENCY_ON_EVENT_LOOPS"] != "0" {
-            NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+    /// What `AsyncParsableCommand.main()` does, without its hop to the main actor: a main thread that waits
+    /// on a semaphore never serves that actor.
+    static func parseAndRun() async {
+        do {
+            var command = try Self.parseAsRoot()
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            Self.exit(withError: error)
         }
-        await Self.main(nil)
     }
 }
 

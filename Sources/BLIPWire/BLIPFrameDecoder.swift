@@ -40,6 +40,9 @@ public enum BLIPDecodedFrame: Hashable, Sendable {
 /// It owns that direction's state: the BLIP 3 running CRC-32 and raw-inflate stream, which carry from
 /// frame to frame, and a pool of gzip inflaters for the older dialects' bodies. Any error it throws is
 /// fatal for the connection: its state no longer matches the peer's. Not thread-safe.
+///
+/// Its stored properties skip Swift's run-time exclusivity checks, as the connection engine's (BLIPEngine) do, for the
+/// same reason: it calls out to no other code, so no two accesses to its state can overlap.
 public final class BLIPFrameDecoder {
     public struct Configuration: Hashable, Sendable {
         /// The most bytes one compressed frame may inflate to. LiteCore fills a frame until its
@@ -54,12 +57,12 @@ public final class BLIPFrameDecoder {
     public let dialect: BLIPDialect
     public let configuration: Configuration
     /// Frames decoded so far in this direction; also the index reported in errors.
-    public private(set) var framesDecoded = 0
+    @exclusivity(unchecked) public private(set) var framesDecoded = 0
 
-    private var checksum = BLIPRunningChecksum()
-    private var inflater: FrameInflater?
-    private var inflateScratch = ByteBuffer()
-    private var framesInflated = 0
+    @exclusivity(unchecked) private var checksum = BLIPRunningChecksum()
+    @exclusivity(unchecked) private var inflater: FrameInflater?
+    @exclusivity(unchecked) private var inflateScratch = ByteBuffer()
+    @exclusivity(unchecked) private var framesInflated = 0
     let gzipPool = GzipDecompressorPool()
 
     public init(dialect: BLIPDialect, configuration: Configuration = Configuration()) {

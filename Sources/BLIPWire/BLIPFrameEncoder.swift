@@ -18,6 +18,9 @@ public struct BLIPEncodedFrame: Hashable, Sendable {
 /// It owns that direction's state: the BLIP 3 running CRC-32 and raw-deflate stream, or the reused gzip
 /// stream of the older dialects. zlib streams are created on first use, so an idle connection holds none.
 /// Not thread-safe: one encoder belongs to one writer.
+///
+/// Its stored properties skip Swift's run-time exclusivity checks, as the connection engine's (BLIPEngine) do, for the
+/// same reason: it calls out to no other code, so no two accesses to its state can overlap.
 public final class BLIPFrameEncoder {
     public struct Configuration: Hashable, Sendable {
         /// zlib level (1-9) for messages asking for compression; 0 turns compression off, and the
@@ -60,15 +63,15 @@ public final class BLIPFrameEncoder {
 
     public let dialect: BLIPDialect
     public let configuration: Configuration
-    public private(set) var statistics = Statistics()
+    @exclusivity(unchecked) public private(set) var statistics = Statistics()
 
-    private var checksum = BLIPRunningChecksum()
-    private var deflater: FrameDeflater?
-    private var gzip: GzipBodyCompressor?
+    @exclusivity(unchecked) private var checksum = BLIPRunningChecksum()
+    @exclusivity(unchecked) private var deflater: FrameDeflater?
+    @exclusivity(unchecked) private var gzip: GzipBodyCompressor?
     /// Emptied buffers of small messages already framed, for the next messages' data: a buffer costs two
     /// allocations, a quarter of a small round trip's. Few and small, so that an idle connection keeps
     /// little (at most `maximumSpareBuffers` x `maximumSpareCapacity` bytes).
-    private var spareBuffers: [ByteBuffer] = []
+    @exclusivity(unchecked) private var spareBuffers: [ByteBuffer] = []
     static let maximumSpareBuffers = 4
     static let maximumSpareCapacity = 2048
     var spareBufferCount: Int { self.spareBuffers.count }

@@ -1,5 +1,13 @@
 public import NIOCore
 
+#if canImport(Glibc)
+    internal import Glibc
+#elseif canImport(Musl)
+    internal import Musl
+#elseif canImport(Darwin)
+    internal import Darwin
+#endif
+
 /// The property block: a varint byte length (written even when zero), then NUL-terminated UTF-8 strings
 /// alternating name, value, name, value. The seed and BLIP 2 dialects abbreviate table strings as tokens.
 public enum BLIPPropertyCodec {
@@ -138,8 +146,17 @@ public enum BLIPPropertyCodec {
                 throw BLIPWireError(.propertyStringLooksLikeToken(string))
             }
         }
-        if utf8.contains(0) { throw BLIPWireError(.propertyStringContainsNUL(string)) }
+        if Self.containsNUL(utf8) { throw BLIPWireError(.propertyStringContainsNUL(string)) }
         return utf8.count + 1
+    }
+
+    /// `memchr` over a native string's bytes: the generic `contains` costs about five times as much, and
+    /// runs for every property of every message sent.
+    private static func containsNUL(_ utf8: String.UTF8View) -> Bool {
+        utf8.withContiguousStorageIfAvailable { bytes in
+            guard let base = bytes.baseAddress else { return false }
+            return memchr(base, 0, bytes.count) != nil
+        } ?? utf8.contains(0)
     }
 
     private static func writeString(_ string: String, dialect: BLIPDialect, to buffer: inout ByteBuffer) -> Int {

@@ -6,7 +6,7 @@ import Testing
 
 /// Handlers registered with `registerSynchronous` run where the request arrives, without a task, unless the
 /// handler order or the handler limit makes them wait their turn.
-@Suite("Synchronous handlers", .timeLimit(.minutes(2)))
+@Suite("Synchronous handlers", .timeLimit(.minutes(5)))
 struct SynchronousHandlerTests {
     /// Where each call of a synchronous handler ran.
     final class Calls: Sendable {
@@ -92,7 +92,9 @@ struct SynchronousHandlerTests {
         let release = NIOLockedValueBox(false)
         var router = BLIPRouter(handlerOrder: .serial)
         router.register(profile: "slow") { request, _ in
-            for _ in 0..<2_000 where !release.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+            // Released by the test; the bound (at least 120 s) only stops a hang. A shorter one let the
+            // handlers end by themselves before a starved test saw the request they held back.
+            for _ in 0..<24_000 where !release.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
             calls.record(request)
             return BLIPResponse()
         }
@@ -107,7 +109,7 @@ struct SynchronousHandlerTests {
                 try await connection.sendNoReply(BLIPRequest(profile: "fast", properties: ["Seq": "\(index)"]))
             }
             // Everything has arrived and waits behind the slow handler.
-            for _ in 0..<2_000 where peers.serverConnection.statistics.requestsQueuedForHandler < 5 {
+            for _ in 0..<12_000 where peers.serverConnection.statistics.requestsQueuedForHandler < 5 {
                 try await Task.sleep(for: .milliseconds(5))
             }
             #expect(calls.order.withLockedValue { $0 }.isEmpty)
@@ -124,7 +126,9 @@ struct SynchronousHandlerTests {
         let release = NIOLockedValueBox(false)
         var router = BLIPRouter()
         router.register(profile: "hold") { _, _ in
-            for _ in 0..<2_000 where !release.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+            // Released by the test; the bound (at least 120 s) only stops a hang. A shorter one let the
+            // handlers end by themselves before a starved test saw the request they held back.
+            for _ in 0..<24_000 where !release.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
             return BLIPResponse(text: "held")
         }
         router.registerSynchronous(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
@@ -135,7 +139,7 @@ struct SynchronousHandlerTests {
             async let first = connection.sendRequest(BLIPRequest(profile: "hold"))
             async let second = connection.sendRequest(BLIPRequest(profile: "hold"))
             async let echoed = connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
-            for _ in 0..<2_000 where peers.serverConnection.statistics.requestsQueuedForHandler < 1 {
+            for _ in 0..<12_000 where peers.serverConnection.statistics.requestsQueuedForHandler < 1 {
                 try await Task.sleep(for: .milliseconds(5))
             }
             #expect(peers.serverConnection.statistics.requestsQueuedForHandler == 1)

@@ -27,6 +27,10 @@ struct InspectingProxyTests {
                 log in
                 var configuration = BLIPWebSocketClient.Configuration()
                 configuration.captureDirectory = folder.path("client")
+                // The test reads the server's close code from the proxy's log: the client waits for that close
+                // as long as a hang bound allows. With the default 2 s, a loaded machine (the suite beside the
+                // ThreadSanitizer job) once relayed it too late, the client hung up first, and it went unseen.
+                configuration.closeTimeout = .seconds(60)
                 switch dialect {
                 case .blip3: configuration.subprotocols = ["BLIP_3+CBMobile_3"]
                 case .blip2: configuration.subprotocols = [BLIPSubprotocol.blip2]

@@ -438,9 +438,7 @@ extension ConnectionCore {
                 body: body,
                 compressed: message.flags.contains(.compressed)
             )
-            if effects.reply == nil {
-                effects.reply = (continuation, response)
-            } else {
+            if !effects.deliver(response, to: continuation) {
                 effects.later { continuation.resume(returning: response) }
             }
         case .streamed(let continuation):

@@ -167,10 +167,22 @@ final class ConnectionCore: Sendable {
         var deferred: [@Sendable () -> Void] = []
         /// A whole reply for its caller: resumed after `deferred`. Held apart from it because it is the
         /// common case (one per request), and a closure in an array costs two allocations.
-        var reply: (CheckedContinuation<BLIPResponse, any Error>, BLIPResponse)?
+        private(set) var reply: (CheckedContinuation<BLIPResponse, any Error>, BLIPResponse)?
+        /// `reply != nil`, without copying the reply to find out (`perform` asks for every frame).
+        private(set) var hasReply = false
         /// Let go of after the lock: their `deinit` may call back into the connection.
         var released: [any Sendable] = []
         var counts = Counts()
+
+        /// Sets ``reply``, unless one is set already.
+        mutating func deliver(_ response: BLIPResponse, to continuation: CheckedContinuation<BLIPResponse, any Error>)
+            -> Bool
+        {
+            guard !self.hasReply else { return false }
+            self.reply = (continuation, response)
+            self.hasReply = true
+            return true
+        }
 
         mutating func later(_ action: @escaping @Sendable () -> Void) {
             self.deferred.append(action)
@@ -186,6 +198,11 @@ final class ConnectionCore: Sendable {
         var unhandledRequests = 0
         var protocolErrors = 0
         var failedRequests = 0
+
+        var isNonZero: Bool {
+            (self.messagesSent | self.messagesReceived | self.errorRepliesSent | self.errorRepliesReceived
+                | self.unhandledRequests | self.protocolErrors | self.failedRequests) != 0
+        }
     }
 
     init(
@@ -218,9 +235,13 @@ final class ConnectionCore: Sendable {
     /// `effects` does, after this returns, also outside the lock.
     func perform(_ effects: Effects) {
         if let work = effects.work { self.workContinuation.yield(.handlers(startingWith: work)) }
-        for action in effects.deferred { action() }
-        if let (continuation, response) = effects.reply { continuation.resume(returning: response) }
-        self.count(effects.counts)
+        if !effects.deferred.isEmpty {
+            for action in effects.deferred { action() }
+        }
+        if effects.hasReply, let (continuation, response) = effects.reply {
+            continuation.resume(returning: response)
+        }
+        if effects.counts.isNonZero { self.count(effects.counts) }
         if effects.pauseReading || effects.resumeReading { self.applyReadingToTransport() }
         if let reason = effects.closeTransport {
             self.transport.close(reason)
