@@ -2,10 +2,13 @@
 # Instructions per round trip, counted by callgrind: a figure that does not move with the machine's load,
 # for before/after comparisons of the request/reply hot path (Docs/Benchmarks.md). Not part of `run`.
 #
-# `blip bench --workload in-memory` makes sequential 100-byte echo round trips between two connections in
-# one process (both sides, API to API, the in-memory transport). It runs at two counts; the difference,
-# divided by the difference in count, leaves out start-up and the 100 warm-up round trips.
-# BLIP_CALLGRIND_ARGS adds options to the bench command (--tracing, say).
+# Two figures, each from runs at two counts whose difference, divided by the difference in count, leaves
+# out start-up and warm-up:
+# - in-memory: `blip bench --workload in-memory`, sequential 100-byte echo round trips between two
+#   connections in one process (both sides, API to API, the in-memory transport);
+# - loopback: `blip bench --workload rt` against `blip serve`, each process under callgrind (user-space
+#   instructions only: the system calls' kernel time is not counted), the client's and the server's.
+# BLIP_CALLGRIND_ARGS adds options to the in-memory bench command (--tracing, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v valgrind > /dev/null; then
@@ -13,20 +16,51 @@ if ! command -v valgrind > /dev/null; then
 fi
 swift build -c release --scratch-path .build-bench --product blip
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+server_pid=""
+trap 'if [ -n "$server_pid" ]; then kill "$server_pid" 2> /dev/null || true; fi; rm -rf "$work"' EXIT
 # valgrind 3.19 cannot read the DWARF 5 debug information this toolchain writes; the symbols stay.
 cp .build-bench/release/blip "$work/blip"
 strip --strip-debug "$work/blip"
-instructions() {
+run() {
     # BLIP_MAIN_THREAD_WAITS: valgrind stops inside the signal thread that dispatchMain() makes.
-    # shellcheck disable=SC2086
-    BLIP_MAIN_THREAD_WAITS=1 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.$1" \
-        "$work/blip" bench --workload in-memory --count "$1" ${BLIP_CALLGRIND_ARGS:-} 2>&1 \
-        | sed -n 's/.*refs: *//p' | tr -d ,
+    BLIP_MAIN_THREAD_WAITS=1 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.$1" "$work/blip" "${@:2}"
 }
-low=$(instructions 200)
-high=$(instructions 1200)
-echo "callgrind: $(((high - low) / 1000)) instructions per round trip (${low} at 200, ${high} at 1200)"
+refs() { sed -n 's/.*refs: *//p' "$1" | tr -d ,; }
+inMemory() {
+    # shellcheck disable=SC2086
+    run "in-memory.$1" bench --workload in-memory --count "$1" ${BLIP_CALLGRIND_ARGS:-} 2> "$work/in-memory.$1.err" > /dev/null
+    refs "$work/in-memory.$1.err"
+}
+low=$(inMemory 200)
+high=$(inMemory 1200)
+echo "callgrind, in-memory: $(((high - low) / 1000)) instructions per round trip (${low} at 200, ${high} at 1200)"
+
+# Sets client_N and server_N: each process's instructions for N loopback round trips.
+loopback() {
+    # Started here rather than through `run`, so that $! is valgrind itself and SIGTERM reaches the server.
+    BLIP_MAIN_THREAD_WAITS=1 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.server.$1" \
+        "$work/blip" serve --port 0 > "$work/server.$1.out" 2> "$work/server.$1.err" &
+    server_pid=$!
+    local port=""
+    for _ in $(seq 1 600); do
+        port=$(grep -o ':[0-9][0-9]*/' "$work/server.$1.out" 2> /dev/null | head -n 1 | tr -d ':/' || true)
+        [ -n "$port" ] && break
+        sleep 0.2
+    done
+    run "client.$1" bench "ws://127.0.0.1:$port/" --workload rt --count "$1" > /dev/null 2> "$work/client.$1.err"
+    kill -TERM "$server_pid"
+    wait "$server_pid" || true
+    server_pid=""
+    eval "client_$1=$(refs "$work/client.$1.err") server_$1=$(refs "$work/server.$1.err")"
+}
+loopback 200
+loopback 1200
+# shellcheck disable=SC2154
+client_instructions=$(((client_1200 - client_200) / 1000))
+# shellcheck disable=SC2154
+server_instructions=$(((server_1200 - server_200) / 1000))
+echo "callgrind, loopback WebSocket: $((client_instructions + server_instructions)) instructions per round trip" \
+    "(client ${client_instructions}, server ${server_instructions})"
 if [ -n "${BLIP_CALLGRIND_KEEP:-}" ]; then
-    cp "$work/callgrind.200" "$work/callgrind.1200" "$BLIP_CALLGRIND_KEEP"
+    cp "$work"/callgrind.* "$BLIP_CALLGRIND_KEEP"
 fi
