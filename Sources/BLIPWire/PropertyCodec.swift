@@ -1,13 +1,5 @@
 public import NIOCore
 
-#if canImport(Glibc)
-    internal import Glibc
-#elseif canImport(Musl)
-    internal import Musl
-#elseif canImport(Darwin)
-    internal import Darwin
-#endif
-
 /// The property block: a varint byte length (written even when zero), then NUL-terminated UTF-8 strings
 /// alternating name, value, name, value. The seed and BLIP 2 dialects abbreviate table strings as tokens.
 public enum BLIPPropertyCodec {
@@ -150,13 +142,10 @@ public enum BLIPPropertyCodec {
         return utf8.count + 1
     }
 
-    /// `memchr` over a native string's bytes: the generic `contains` costs about five times as much, and
-    /// runs for every property of every message sent.
+    /// Searched as a buffer of bytes where the string has one (native strings do): the generic `contains`
+    /// over the UTF-8 view costs about five times as much, and runs for every property of every message sent.
     private static func containsNUL(_ utf8: String.UTF8View) -> Bool {
-        utf8.withContiguousStorageIfAvailable { bytes in
-            guard let base = bytes.baseAddress else { return false }
-            return memchr(base, 0, bytes.count) != nil
-        } ?? utf8.contains(0)
+        utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? utf8.contains(0)
     }
 
     private static func writeString(_ string: String, dialect: BLIPDialect, to buffer: inout ByteBuffer) -> Int {

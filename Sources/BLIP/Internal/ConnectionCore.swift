@@ -198,11 +198,6 @@ final class ConnectionCore: Sendable {
         var unhandledRequests = 0
         var protocolErrors = 0
         var failedRequests = 0
-
-        var isNonZero: Bool {
-            (self.messagesSent | self.messagesReceived | self.errorRepliesSent | self.errorRepliesReceived
-                | self.unhandledRequests | self.protocolErrors | self.failedRequests) != 0
-        }
     }
 
     init(
@@ -235,13 +230,11 @@ final class ConnectionCore: Sendable {
     /// `effects` does, after this returns, also outside the lock.
     func perform(_ effects: Effects) {
         if let work = effects.work { self.workContinuation.yield(.handlers(startingWith: work)) }
-        if !effects.deferred.isEmpty {
-            for action in effects.deferred { action() }
-        }
+        for action in effects.deferred { action() }
         if effects.hasReply, let (continuation, response) = effects.reply {
             continuation.resume(returning: response)
         }
-        if effects.counts.isNonZero { self.count(effects.counts) }
+        self.count(effects.counts)
         if effects.pauseReading || effects.resumeReading { self.applyReadingToTransport() }
         if let reason = effects.closeTransport {
             self.transport.close(reason)
