@@ -5,6 +5,9 @@ let swiftSettings: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("MemberImportVisibility"),
     .enableUpcomingFeature("InternalImportsByDefault"),
+    // Async functions run on their caller's executor: a send from an actor does not leave it and come back
+    // (two executor switches per request; Tests/BLIPTests/CallerExecutorTests.swift).
+    .enableUpcomingFeature("NonisolatedNonsendingByDefault"),
 ]
 
 let nioCore: Target.Dependency = .product(name: "NIOCore", package: "swift-nio")

@@ -28,10 +28,12 @@ struct SyncContext: BLIPUpgradeRequestContext {
 struct AliceOnly: RouterMiddleware {
     typealias Context = SyncContext
 
+    // Hummingbird's requirement runs off the caller's actor; this module's default is the caller's.
+    @concurrent
     func handle(
         _ request: Request,
         context: SyncContext,
-        next: (Request, SyncContext) async throws -> Response
+        next: @concurrent (Request, SyncContext) async throws -> Response
     ) async throws -> Response {
         let expected = "Basic " + Data("alice:secret".utf8).base64EncodedString()
         guard request.headers[.authorization] == expected else {

@@ -32,7 +32,7 @@ struct CountedBody<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable wher
         let counter: ByteCounter
 
         mutating func next() async throws -> ByteBuffer? {
-            guard let piece = try await self.base.next() else { return nil }
+            guard let piece = try await self.base.next(isolation: #isolation) else { return nil }
             self.counter.add(piece.readableBytes)
             return piece
         }

@@ -13,7 +13,7 @@ extension ConnectionCore {
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
         let message = self.outgoing(request, body: .buffer(request.body))
-        return try await withTaskCancellationHandler {
+        return try await withCancellationHandlerOnCallersExecutor {
             try await self.awaitReply(message, token: token, progress: progress, started: nil) { .whole($0) }
         } onCancel: {
             self.cancel(token: token)
@@ -24,11 +24,10 @@ extension ConnectionCore {
         _ request: BLIPRequest,
         progress: ProgressReporter?
     ) async throws -> BLIPStreamedResponse {
-        var message = self.outgoing(request, body: .buffer(request.body))
-        message.streamsReply = true
+        let message = self.outgoing(request, body: .buffer(request.body), streamsReply: true)
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
-        return try await withTaskCancellationHandler {
+        return try await withCancellationHandlerOnCallersExecutor {
             try await self.awaitReply(message, token: token, progress: progress, started: nil) { .streamed($0) }
         } onCancel: {
             self.cancel(token: token)
@@ -108,11 +107,10 @@ extension ConnectionCore {
     }
 
     func sendNoReply(_ request: BLIPRequest, progress: ProgressReporter?) async throws {
-        var message = self.outgoing(request, body: .buffer(request.body))
-        message.isNoReply = true
+        let message = self.outgoing(request, body: .buffer(request.body), isNoReply: true)
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
-        try await withTaskCancellationHandler {
+        try await withCancellationHandlerOnCallersExecutor {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
@@ -138,14 +136,22 @@ extension ConnectionCore {
         }
     }
 
-    private func outgoing(_ request: BLIPRequest, body: BLIPOutgoingMessage.Body) -> BLIPOutgoingMessage {
-        BLIPOutgoingMessage(
+    private func outgoing(
+        _ request: BLIPRequest,
+        body: BLIPOutgoingMessage.Body,
+        streamsReply: Bool = false,
+        isNoReply: Bool = false
+    ) -> BLIPOutgoingMessage {
+        var message = BLIPOutgoingMessage(
             .request,
             properties: request.properties,
             body: body,
             urgent: request.isUrgent,
             compressed: request.isCompressed
         )
+        message.streamsReply = streamsReply
+        message.isNoReply = isNoReply
+        return message
     }
 
     func makeToken() -> UInt64 {
@@ -255,9 +261,9 @@ extension ConnectionCore {
     /// Feeds a streamed body, waiting whenever the engine has enough of it queued.
     func feed<Body: AsyncSequence>(_ body: Body, to id: BLIPOutgoingID) async throws where Body.Element == ByteBuffer {
         var iterator = body.makeAsyncIterator()
-        var next = try await iterator.next()
+        var next = try await iterator.next(isolation: #isolation)
         while true {
-            let following: ByteBuffer? = next == nil ? nil : try await iterator.next()
+            let following: ByteBuffer? = next == nil ? nil : try await iterator.next(isolation: #isolation)
             let isComplete = following == nil
             try await self.appendBody(next ?? ByteBuffer(), to: id, isComplete: isComplete)
             if isComplete { return }

@@ -28,7 +28,7 @@ extension ConnectionCore {
         var iterator = body.makeAsyncIterator()
         var next: ByteBuffer?
         do {
-            next = try await iterator.next()
+            next = try await iterator.next(isolation: #isolation)
         } catch {
             self.replyBodyFailed(head.number, queued: nil, error)
             return
@@ -37,7 +37,7 @@ extension ConnectionCore {
         while true {
             let following: ByteBuffer?
             do {
-                following = next == nil ? nil : try await iterator.next()
+                following = next == nil ? nil : try await iterator.next(isolation: #isolation)
             } catch {
                 self.replyBodyFailed(head.number, queued: id, error)
                 return
