@@ -15,9 +15,9 @@ internal import NIOWebSocket
 /// text messages (fragment by fragment) and close reasons, close codes and one-byte close payloads.
 /// Autobahn|Testsuite cases 1-7, 9 and 10 run against it in both roles (`.ci/autobahn.sh`).
 ///
-/// The client writes its frames itself (header and word-wide masking, straight into the headroom left
-/// before each BLIP frame); the server hands unmasked frames to NIO's encoder, which writes the header
-/// into the same headroom.
+/// It writes its frames itself: the header (and the client's word-wide masking) go straight into the
+/// headroom left before each BLIP frame, so a frame is one buffer. Where NIO's encoder is in the pipeline
+/// (a server mounted on another framework's upgrade), it hands that encoder `WebSocketFrame`s instead.
 final class BLIPWebSocketHandler: ChannelInboundHandler {
     typealias InboundIn = WebSocketFrame
 
@@ -71,6 +71,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var pongDeadline: Scheduled<Void>?
     private var closeDeadline: Scheduled<Void>?
     private var maskRandom = MaskKeyGenerator()
+    /// NIO's frame encoder is in the pipeline: frames go to it as `WebSocketFrame`s.
+    private var hasFrameEncoder = false
 
     init(settings: Settings, capture: BLIPFrameCapture? = nil) {
         self.settings = settings
@@ -185,6 +187,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.hasFrameEncoder = (try? context.pipeline.syncOperations.handler(type: WebSocketFrameEncoder.self)) != nil
         if context.channel.isActive { self.startHeartbeat(context: context) }
     }
 
@@ -525,30 +528,33 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         context: ChannelHandlerContext,
         promise: EventLoopPromise<Void>? = nil
     ) {
-        switch self.settings.role {
-        case .server:
+        guard !self.hasFrameEncoder else {
             let frame = WebSocketFrame(fin: true, opcode: opcode, data: payload)
             context.write(NIOAny(frame), promise: promise)
-        case .client:
-            context.write(
-                NIOAny(self.maskedFrame(opcode, payload, allocator: context.channel.allocator)),
-                promise: promise
-            )
+            return
         }
+        context.write(NIOAny(self.frame(opcode, payload, allocator: context.channel.allocator)), promise: promise)
     }
 
-    /// A client frame: header and mask key in the headroom before the payload when there is room (there
-    /// always is for BLIP frames), payload masked eight bytes at a time.
-    private func maskedFrame(
+    /// A whole frame in one buffer: header (and the client's mask key) in the headroom before the payload
+    /// when there is room (there always is for BLIP frames); a client's payload masked eight bytes at a time.
+    private func frame(
         _ opcode: WebSocketOpcode,
         _ payload: consuming ByteBuffer,
         allocator: ByteBufferAllocator
     ) -> ByteBuffer {
         let length = payload.readableBytes
         let extendedLength = length < 126 ? 0 : length <= 0xFFFF ? 2 : 8
-        let headerLength = 2 + extendedLength + 4
-        let key = self.maskRandom.next()
-        payload.webSocketMaskWordWide(key)
+        let key: (UInt8, UInt8, UInt8, UInt8)?
+        switch self.settings.role {
+        case .client:
+            let clientKey = self.maskRandom.next()
+            payload.webSocketMaskWordWide(clientKey)
+            key = clientKey
+        case .server:
+            key = nil
+        }
+        let headerLength = 2 + extendedLength + (key == nil ? 0 : 4)
         let payloadStart = payload.readerIndex
         guard payloadStart >= headerLength else {
             var frame = allocator.buffer(capacity: headerLength + length)
@@ -565,30 +571,31 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 }
 
 extension ByteBuffer {
-    /// Writes a masked, final frame's header at the reader index.
+    /// Writes a final frame's header at the reader index, masked when there is a key.
     fileprivate mutating func setHeader(
         opcode: WebSocketOpcode,
         length: Int,
         extendedLength: Int,
-        key: (UInt8, UInt8, UInt8, UInt8)
+        key: (UInt8, UInt8, UInt8, UInt8)?
     ) {
+        let maskBit: UInt8 = key == nil ? 0 : 0x80
         var index = self.readerIndex
         self.setInteger(0x80 | opcode.networkRepresentation, at: index)
         index += 1
         switch extendedLength {
         case 0:
-            self.setInteger(0x80 | UInt8(length), at: index)
+            self.setInteger(maskBit | UInt8(length), at: index)
             index += 1
         case 2:
-            self.setInteger(UInt8(0x80 | 126), at: index)
+            self.setInteger(maskBit | 126, at: index)
             self.setInteger(UInt16(length), at: index + 1)
             index += 3
         default:
-            self.setInteger(UInt8(0x80 | 127), at: index)
+            self.setInteger(maskBit | 127, at: index)
             self.setInteger(UInt64(length), at: index + 1)
             index += 9
         }
-        self.setMultipleIntegers(key.0, key.1, key.2, key.3, at: index)
+        if let key { self.setMultipleIntegers(key.0, key.1, key.2, key.3, at: index) }
     }
 }
 

@@ -378,9 +378,8 @@ public final class BLIPWebSocketServer: Sendable {
             UpgradeNegotiation(policy: policy, handler: upgradeHandler, logger: settings.logger),
             eventLoop: channel.eventLoop
         )
-        let upgrader = NIOWebSocketServerUpgrader(
-            maxFrameSize: configuration.maximumMessageSize,
-            automaticErrorHandling: false,
+        let upgrader = BLIPServerUpgrader(
+            maximumFrameSize: configuration.maximumMessageSize,
             shouldUpgrade: { channel, head in negotiation.value.shouldUpgrade(channel, head) },
             upgradePipelineHandler: { channel, head in
                 channel.eventLoop.makeCompletedFuture {

@@ -42,12 +42,47 @@ struct HandlerTests {
         handler.start(RawEndpoint(mode: .echo))
         // FIN + ping, masked, 16-bit length 126: nothing after this header can be parsed.
         try channel.writeInbound(ByteBuffer(bytes: [0x89, 0xFE, 0x00, 0x7E, 1, 2, 3, 4]))
-        let close = try #require(try channel.readOutbound(as: WebSocketFrame.self))
-        var data = close.data
-        #expect(close.opcode == .connectionClose && data.readWebSocketErrorCode() == .protocolError)
+        var close = try #require(try channel.readOutbound(as: ByteBuffer.self))
+        // FIN + close, unmasked, then the code.
+        #expect(close.readInteger(as: UInt8.self) == 0x88)
+        #expect(close.readInteger(as: UInt8.self) == UInt8(close.readableBytes))
+        #expect(close.readWebSocketErrorCode() == .protocolError)
         // No wait for a close frame from the peer: the decoder could not read it.
         #expect(!channel.isActive)
         channel.embeddedEventLoop.run()
+    }
+
+    @Test("a server writes each frame as one unmasked buffer, its header in the room before the payload")
+    func serverWritesWholeFrames() throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = try Self.channel(handler)
+        handler.start(RawEndpoint(mode: .echo))
+        // FIN + binary, masked with key 0, length 3.
+        try channel.writeInbound(ByteBuffer(bytes: [0x82, 0x83, 0, 0, 0, 0, 7, 8, 9]))
+        channel.embeddedEventLoop.run()
+        let echo = try #require(try channel.readOutbound(as: ByteBuffer.self))
+        #expect(Array(echo.readableBytesView) == [0x82, 0x03, 7, 8, 9])
+        #expect(try channel.readOutbound(as: ByteBuffer.self) == nil)  // one write per frame: no separate header
+        _ = try? channel.finish(acceptAlreadyClosed: true)
+    }
+
+    @Test("where NIO's frame encoder is in the pipeline, frames go to it")
+    func framesGoToNIOsEncoder() throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = EmbeddedChannel()
+        try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
+        try channel.pipeline.syncOperations.addHandler(
+            ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20))
+        )
+        try channel.pipeline.syncOperations.addHandler(handler)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
+        handler.start(RawEndpoint(mode: .echo))
+        try channel.writeInbound(ByteBuffer(bytes: [0x82, 0x83, 0, 0, 0, 0, 7, 8, 9]))
+        channel.embeddedEventLoop.run()
+        var written: [UInt8] = []
+        while let piece = try channel.readOutbound(as: ByteBuffer.self) { written += piece.readableBytesView }
+        #expect(written == [0x82, 0x03, 7, 8, 9])
+        _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
     @Test("messages that arrived with the close frame before the connection started are delivered first")
