@@ -73,9 +73,9 @@ public struct HTTP1BLIPUpgradeChannel: ServerChildChannel, HTTPChannelHandler {
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let decision = NIOLoopBoundBox<UpgradeDecision?>(nil, eventLoop: channel.eventLoop)
-            let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
-                maxFrameSize: self.configuration.maximumFrameSize,
-                enableAutomaticErrorHandling: false,
+            // Frames are written by BLIP's own handler, one buffer each (BLIPServerUpgrader).
+            let upgrader = BLIPServerUpgrader<UpgradeResult>(
+                maximumFrameSize: self.configuration.maximumFrameSize,
                 shouldUpgrade: { channel, head in
                     // Read on the event loop, where the channel's handlers may be looked at.
                     let peer = UpgradeDecision.Peer(channel)

@@ -1,5 +1,5 @@
-internal import NIOCore
-internal import NIOHTTP1
+package import NIOCore
+package import NIOHTTP1
 internal import NIOWebSocket
 
 /// NIO's WebSocket server upgrader checks the request's key and computes the accept header; this adds only
@@ -9,30 +9,34 @@ internal import NIOWebSocket
 /// NIO's encoder can prepend the header only to a buffer nobody else holds, and inside its `write` the
 /// message wrapping the frame still holds it, so it wrote every header as a buffer of its own: a second
 /// write and a second piece of each `writev`, about 2 400 instructions per frame (callgrind).
-final class BLIPServerUpgrader: HTTPServerProtocolUpgrader, Sendable {
-    private let inner: NIOWebSocketServerUpgrader
+///
+/// Typed for a pipeline configured with NIO's typed upgrade (BLIPHummingbird); with a `Void` result it is
+/// also an untyped upgrader (the standalone server).
+package final class BLIPServerUpgrader<UpgradeResult: Sendable>: NIOTypedHTTPServerProtocolUpgrader, Sendable {
+    private let inner: NIOTypedWebSocketServerUpgrader<UpgradeResult>
     private let maximumFrameSize: Int
-    private let upgradePipelineHandler: @Sendable (any Channel, HTTPRequestHead) -> EventLoopFuture<Void>
+    private let upgradePipelineHandler: @Sendable (any Channel, HTTPRequestHead) -> EventLoopFuture<UpgradeResult>
 
-    init(
+    package init(
         maximumFrameSize: Int,
         shouldUpgrade: @escaping @Sendable (any Channel, HTTPRequestHead) -> EventLoopFuture<HTTPHeaders?>,
-        upgradePipelineHandler: @escaping @Sendable (any Channel, HTTPRequestHead) -> EventLoopFuture<Void>
+        upgradePipelineHandler: @escaping @Sendable (any Channel, HTTPRequestHead) -> EventLoopFuture<UpgradeResult>
     ) {
-        self.inner = NIOWebSocketServerUpgrader(
+        // Only its checks of the request and its 101 headers are used.
+        self.inner = NIOTypedWebSocketServerUpgrader(
             maxFrameSize: maximumFrameSize,
-            automaticErrorHandling: false,
+            enableAutomaticErrorHandling: false,
             shouldUpgrade: shouldUpgrade,
-            upgradePipelineHandler: { channel, _ in channel.eventLoop.makeSucceededVoidFuture() }
+            upgradePipelineHandler: upgradePipelineHandler
         )
         self.maximumFrameSize = maximumFrameSize
         self.upgradePipelineHandler = upgradePipelineHandler
     }
 
-    var supportedProtocol: String { self.inner.supportedProtocol }
-    var requiredUpgradeHeaders: [String] { self.inner.requiredUpgradeHeaders }
+    package var supportedProtocol: String { self.inner.supportedProtocol }
+    package var requiredUpgradeHeaders: [String] { self.inner.requiredUpgradeHeaders }
 
-    func buildUpgradeResponse(
+    package func buildUpgradeResponse(
         channel: any Channel,
         upgradeRequest: HTTPRequestHead,
         initialResponseHeaders: HTTPHeaders
@@ -44,8 +48,7 @@ final class BLIPServerUpgrader: HTTPServerProtocolUpgrader, Sendable {
         )
     }
 
-    func upgrade(context: ChannelHandlerContext, upgradeRequest: HTTPRequestHead) -> EventLoopFuture<Void> {
-        let channel = context.channel
+    package func upgrade(channel: any Channel, upgradeRequest: HTTPRequestHead) -> EventLoopFuture<UpgradeResult> {
         let maximumFrameSize = self.maximumFrameSize
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(
@@ -54,5 +57,11 @@ final class BLIPServerUpgrader: HTTPServerProtocolUpgrader, Sendable {
         }.flatMap {
             self.upgradePipelineHandler(channel, upgradeRequest)
         }
+    }
+}
+
+extension BLIPServerUpgrader: HTTPServerProtocolUpgrader where UpgradeResult == Void {
+    package func upgrade(context: ChannelHandlerContext, upgradeRequest: HTTPRequestHead) -> EventLoopFuture<Void> {
+        self.upgrade(channel: context.channel, upgradeRequest: upgradeRequest)
     }
 }

@@ -17,7 +17,8 @@ internal import NIOWebSocket
 ///
 /// It writes its frames itself: the header (and the client's word-wide masking) go straight into the
 /// headroom left before each BLIP frame, so a frame is one buffer. Where NIO's encoder is in the pipeline
-/// (a server mounted on another framework's upgrade), it hands that encoder `WebSocketFrame`s instead.
+/// (an upgrade by NIO's own upgraders, which BLIP's servers do not use: `BLIPServerUpgrader`), it hands that
+/// encoder `WebSocketFrame`s instead.
 final class BLIPWebSocketHandler: ChannelInboundHandler {
     typealias InboundIn = WebSocketFrame
 

@@ -378,7 +378,7 @@ public final class BLIPWebSocketServer: Sendable {
             UpgradeNegotiation(policy: policy, handler: upgradeHandler, logger: settings.logger),
             eventLoop: channel.eventLoop
         )
-        let upgrader = BLIPServerUpgrader(
+        let upgrader = BLIPServerUpgrader<Void>(
             maximumFrameSize: configuration.maximumMessageSize,
             shouldUpgrade: { channel, head in negotiation.value.shouldUpgrade(channel, head) },
             upgradePipelineHandler: { channel, head in
