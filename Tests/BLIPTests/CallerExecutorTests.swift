@@ -30,6 +30,53 @@ struct CallerExecutorTests {
         #expect(wakes.count >= 3)
         #expect(wakes.allSatisfy { $0 }, "wakes from the caller's queue: \(wakes)")
     }
+
+    @Test("a send from an actor that is cancelled, or whose connection the peer closes, throws on the actor")
+    func unhappyEndsOnTheCallersExecutor() async throws {
+        let (clientEnd, serverEnd) = BLIPInMemoryTransport.makePair()
+        let (started, start) = AsyncStream.makeStream(of: Void.self)
+        var router = BLIPRouter()
+        router.register(profile: "never") { _, _ in
+            start.yield()
+            try await Task.sleep(for: .seconds(600))  // cancelled when the server closes
+            return BLIPResponse()
+        }
+        let server = BLIPConnection(transport: serverEnd, router: router)
+        let caller = QueueBoundCaller()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await server.run() }
+            // The scope ends with the peer's close, which it reports.
+            await #expect(throws: BLIPConnectionError.self) {
+                try await withBLIPConnection(over: clientEnd) { connection in
+                    await Self.cancelThenClose(connection, caller: caller, server: server, handlerStarts: started)
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    /// A send cancelled once its request is in the peer's hands, then one ended by the peer's close.
+    static func cancelThenClose(
+        _ connection: BLIPConnection,
+        caller: QueueBoundCaller,
+        server: BLIPConnection,
+        handlerStarts started: AsyncStream<Void>
+    ) async {
+        var handlerStarts = started.makeAsyncIterator()
+        let cancelled = Task { await caller.sendUnanswered(over: connection) }
+        _ = await handlerStarts.next(isolation: #isolation)
+        cancelled.cancel()
+        let (cancelError, cancelledOnQueue) = await cancelled.value
+        #expect(cancelError is CancellationError, "\(String(describing: cancelError))")
+        #expect(cancelledOnQueue)
+        // Ended by the peer's close while it waits for its reply.
+        let closed = Task { await caller.sendUnanswered(over: connection) }
+        _ = await handlerStarts.next(isolation: #isolation)
+        _ = await server.close()
+        let (closeError, closedOnQueue) = await closed.value
+        #expect(closeError is BLIPConnectionError, "\(String(describing: closeError))")
+        #expect(closedOnQueue)
+    }
 }
 
 /// A serial executor that runs its jobs on a Dispatch queue marked with a key, so that code can tell
@@ -66,6 +113,16 @@ actor QueueBoundCaller {
         #expect(String(buffer: body) == "two")
         try await connection.sendNoReply(BLIPRequest(profile: "sink", text: "three"))
         #expect(MarkedQueueExecutor.isCurrent)
+    }
+
+    /// Sends a request that gets no reply; returns how it ended, and whether it ended on this actor's queue.
+    func sendUnanswered(over connection: BLIPConnection) async -> (error: (any Error)?, onQueue: Bool) {
+        do {
+            _ = try await connection.sendRequest(BLIPRequest(profile: "never"))
+            return (nil, MarkedQueueExecutor.isCurrent)
+        } catch {
+            return (error, MarkedQueueExecutor.isCurrent)
+        }
     }
 }
 
