@@ -37,7 +37,7 @@ struct HostilePeerTests {
         try await withWatchedServer(BLIPWebSocketServer.Configuration.forTests, router: Self.sinkRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound)
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop)
                 var streams: [BLIPOutgoingID] = []
                 for _ in 0..<600 {
                     let (id, _) = try peer.engine.enqueue(
@@ -79,7 +79,7 @@ struct HostilePeerTests {
         try await withWatchedServer(configuration, router: Self.sinkRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound, handMade: true)
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop, handMade: true)
                 let frames = HandMadeFrames()
                 let closedAfter = SharedCount(-1)
                 try await withThrowingTaskGroup(of: Void.self) { group in
@@ -131,7 +131,7 @@ struct HostilePeerTests {
         try await withWatchedServer(configuration, router: standardRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound)  // never reads
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop)  // never reads
                 let frames = HandMadeFrames()
                 let writer = Task {
                     for number in 1...8_192 {  // 64 MiB of echo requests, if the server read them all
@@ -170,7 +170,7 @@ struct HostilePeerTests {
         try await withWatchedServer(BLIPWebSocketServer.Configuration.forTests, router: router) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound)
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop)
                 _ = try peer.engine.enqueue(
                     BLIPOutgoingMessage(.request, properties: ["Profile": "big"], body: .buffer(ByteBuffer()))
                 )
@@ -197,7 +197,7 @@ struct HostilePeerTests {
         try await withWatchedServer(configuration, router: standardRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound)
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop)
                 _ = try peer.engine.enqueue(
                     BLIPOutgoingMessage(
                         .request,
@@ -227,7 +227,7 @@ struct HostilePeerTests {
         try await withWatchedServer(configuration, router: Self.sinkRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound, handMade: true)
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop, handMade: true)
                 let frames = HandMadeFrames()
                 for number in 1...17 {
                     try await peer.write(
@@ -250,7 +250,7 @@ struct HostilePeerTests {
         try await withWatchedServer(configuration, router: standardRouter()) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound, handMade: true)
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop, handMade: true)
                 let frames = HandMadeFrames()
                 let writer = Task {
                     for number in 1...1_000 {
@@ -290,7 +290,7 @@ struct HostilePeerTests {
         try await withWatchedServer(configuration, router: router) { server in
             let raw = try await RawWebSocketClient.connect(port: server.port, subprotocols: Self.subprotocols)
             try await raw.channel.executeThenClose { inbound, outbound in
-                let peer = ForgingPeer(inbound: inbound, outbound: outbound, handMade: true)
+                let peer = ForgingPeer(inbound: inbound, outbound: outbound, eventLoop: raw.eventLoop, handMade: true)
                 let frames = HandMadeFrames()
                 let writer = Task {
                     for number in 1...200 {

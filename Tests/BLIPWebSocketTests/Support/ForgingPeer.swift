@@ -15,6 +15,8 @@ import Synchronization
 final class ForgingPeer: @unchecked Sendable {
     let engine: BLIPConnectionEngine
     let outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>
+    /// The channel's event loop, which masks and writes every frame.
+    let eventLoop: any EventLoop
     var inbound: NIOAsyncChannelInboundStream<WebSocketFrame>.AsyncIterator
     /// Frame bytes written so far.
     let bytesWritten = Atomic<Int>(0)
@@ -29,11 +31,13 @@ final class ForgingPeer: @unchecked Sendable {
     init(
         inbound: NIOAsyncChannelInboundStream<WebSocketFrame>,
         outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
+        eventLoop: any EventLoop,
         configuration: BLIPEngineConfiguration = BLIPEngineConfiguration(dialect: .blip3),
         handMade: Bool = false
     ) {
         self.engine = BLIPConnectionEngine(configuration: configuration)
         self.outbound = outbound
+        self.eventLoop = eventLoop
         self.inbound = inbound.makeAsyncIterator()
         self.decoder = handMade ? BLIPFrameDecoder(dialect: .blip3) : nil
     }
@@ -68,8 +72,13 @@ final class ForgingPeer: @unchecked Sendable {
         for frame in frames { try await self.write(frame) }
     }
 
+    /// Returns once the event loop has taken the frame. The channel's writer hands each frame to the loop as
+    /// a task of its own and waits only when the socket is full; a debug build masks far slower than a test
+    /// makes frames, so a flood queued seconds of masking ahead of every other connection on those loops
+    /// (their handshakes timed out).
     func write(_ frame: ByteBuffer) async throws {
         try await self.outbound.write(RawWebSocketClient.frame(.binary, frame))
+        try await self.eventLoop.submit {}.get()
         self.bytesWritten.add(frame.readableBytes, ordering: .relaxed)
     }
 

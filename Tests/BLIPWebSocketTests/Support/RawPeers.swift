@@ -23,6 +23,7 @@ struct RawWebSocketClient {
 
     let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
     let subprotocol: String?
+    var eventLoop: any EventLoop { self.channel.channel.eventLoop }
 
     static func connect(port: Int, path: String = "/", subprotocols: [String]) async throws -> RawWebSocketClient {
         let upgrade = try await ClientBootstrap(group: rawPeerEventLoops)
