@@ -174,11 +174,14 @@ struct HTTPProxyFailureTests {
 
     @Test("nothing listens at the proxy's address: unreachable", arguments: Kind.allCases)
     func unreachable(kind: Kind) async throws {
-        let port = try freeLoopbackPort()
-        let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port, kind: kind) }
-        #expect(error?.kind == .unreachable)
-        #expect(error?.isTransient == true)
-        #expect(error?.description.hasPrefix("BLIPProxyError(unreachable from proxy \(kind)://127.0.0.1:") == true)
+        try await withRefusingLoopbackPort { port in
+            let error = await #expect(throws: BLIPProxyError.self) {
+                try await Self.connect(proxyPort: port, kind: kind)
+            }
+            #expect(error?.kind == .unreachable)
+            #expect(error?.isTransient == true)
+            #expect(error?.description.hasPrefix("BLIPProxyError(unreachable from proxy \(kind)://127.0.0.1:") == true)
+        }
     }
 
     @Test("the proxy hangs up before answering: closed", arguments: Kind.allCases)

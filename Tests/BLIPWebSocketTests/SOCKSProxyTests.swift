@@ -97,19 +97,20 @@ struct SOCKSProxyTests {
 
     @Test("a server the proxy cannot connect to: refused, with the SOCKS reply, transient")
     func refusedTarget() async throws {
-        let closedPort = try freeLoopbackPort()
-        try await MicroSocks.with { proxy in
-            let configuration = try Self.configuration(proxy: proxy.url())
-            let error = await #expect(throws: BLIPProxyError.self) {
-                try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(closedPort)/", configuration: configuration)
-                {
-                    _ in
+        try await withRefusingLoopbackPort { closedPort in
+            try await MicroSocks.with { proxy in
+                let configuration = try Self.configuration(proxy: proxy.url())
+                let error = await #expect(throws: BLIPProxyError.self) {
+                    try await BLIPWebSocketClient.connect(
+                        to: "ws://127.0.0.1:\(closedPort)/",
+                        configuration: configuration
+                    ) { _ in }
                 }
+                #expect(error?.kind == .refused)
+                #expect(error?.socksReply == 5, "connection refused")
+                #expect(error?.status == nil)
+                #expect(error?.isTransient == true)
             }
-            #expect(error?.kind == .refused)
-            #expect(error?.socksReply == 5, "connection refused")
-            #expect(error?.status == nil)
-            #expect(error?.isTransient == true)
         }
     }
 

@@ -94,6 +94,26 @@ func freeLoopbackPort() throws -> Int {
     return port
 }
 
+/// Runs `body` with a loopback port that refuses connections: a socket is bound to it, never listening, until
+/// `body` returns. A port found free and released could be taken meanwhile by a server another suite starts
+/// (it was once, and the test expecting a refusal got an HTTP answer).
+func withRefusingLoopbackPort<T>(_ body: (Int) async throws -> T) async throws -> T {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { throw ProxyTestError("socket() failed: errno \(errno)") }
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
+        }
+    }
+    guard bound else { throw ProxyTestError("bind() failed: errno \(errno)") }
+    return try await body(Int(UInt16(bigEndian: address.sin_port)))
+}
+
 private func canConnect(port: Int) -> Bool {
     guard
         let channel = try? ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
