@@ -21,10 +21,11 @@ private func withCancellationHandler<Result: Sendable>(
     _ operation: nonisolated(nonsending) @Sendable () async throws -> Result,
     onCancel: @Sendable () -> Void
 ) async throws -> Result {
-    try await withTaskCancellationHandler {
-        _ = actor  // capturing the isolated parameter isolates the closure to the actor
-        return try await operation()
-    } onCancel: {
-        onCancel()
-    }
+    try await withTaskCancellationHandler(
+        operation: {
+            _ = actor  // capturing the isolated parameter isolates the closure to the actor
+            return try await operation()
+        },
+        onCancel: onCancel
+    )
 }
