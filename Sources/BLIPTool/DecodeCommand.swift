@@ -195,9 +195,7 @@ struct Dissector {
             result.frames.append(frame)
             result.lines.append("[\(self.direction)] \(name)  \(TrafficFormat.frameLine(step.frame))")
             if let message = step.message {
-                result.messages.append(
-                    JSONValue.object(TrafficFormat.messageFields(message)).foundationObject as! [String: Any]
-                )
+                result.messages.append(TrafficFormat.messageObject(message))
                 result.lines.append("    => \(TrafficFormat.messageLine(message))")
             }
         }

@@ -84,7 +84,9 @@ struct ProxyCommand: AsyncParsableCommand {
             redactedProperties: Set(self.redactedProperties)
         )
         let proxy = try await BLIPInspectingProxy.start(configuration: self.proxyConfiguration) { event in
-            if let line = format.line(for: event) { output.append(line) }
+            var line: [UInt8] = []
+            line.reserveCapacity(512)
+            if format.write(event, into: &line) { output.append(line) }
         }
         let scheme = self.tlsCert == nil ? "ws" : "wss"
         // The port last, as `serve` ends its first line: scripts and tests read it from there.
@@ -115,9 +117,9 @@ final class LineOutput: Sendable {
     private let buffer = NIOLockedValueBox([UInt8]())
     private static let blockSize = 64 * 1024
 
-    func append(_ line: String) {
+    func append(_ line: [UInt8]) {
         self.buffer.withLockedValue { buffer in
-            buffer.append(contentsOf: line.utf8)
+            buffer.append(contentsOf: line)
             buffer.append(UInt8(ascii: "\n"))
             if buffer.count >= Self.blockSize { Self.drain(&buffer) }
         }

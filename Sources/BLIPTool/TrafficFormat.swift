@@ -52,43 +52,85 @@ enum TrafficFormat {
         }
     }
 
-    /// The message's fields, as `blip decode --json` and `blip proxy --json` write them; `redacting` names
-    /// properties whose values are replaced by ``redacted``.
-    static func messageFields(_ message: BLIPTrafficDecoder.Message, redacting: Set<String> = []) -> [(
-        String, JSONValue
-    )] {
-        var fields: [(String, JSONValue)] = [
-            ("number", .int(Int(message.number))),
-            ("type", .string("\(message.type)")),
-            ("flags", .array(Self.flagNames(message.flags).map { .string($0) })),
-            (
-                "properties",
-                .array(
-                    Self.properties(message.properties, redacting: redacting).map {
-                        .array([.string($0.0), .string($0.1)])
-                    }
-                )
-            ),
-            ("body_length", .int(message.bodyLength)),
-            ("body_sha256", message.bodySHA256.map { .string($0) } ?? .null),
-        ]
-        if let text = message.bodyText { fields.append(("body_text", .string(text))) }
-        return fields
+    /// The message's fields, as `blip decode --json` and `blip proxy --json` write them, into the object
+    /// `json` has open; `redacting` names properties whose values are replaced by ``redacted``.
+    static func writeMessageFields(
+        _ message: BLIPTrafficDecoder.Message,
+        redacting: Set<String> = [],
+        into json: inout JSONWriter
+    ) {
+        json.int("number", Int(message.number))
+        json.string("type", message.type.description)
+        json.key("flags")
+        json.stringArray(Self.flagNames(message.flags))
+        json.key("properties")
+        json.beginArray()
+        for property in message.properties {
+            json.beginArray()
+            json.string(property.name)
+            json.string(redacting.contains(property.name) ? Self.redacted : property.value)
+            json.endArray()
+        }
+        json.endArray()
+        json.int("body_length", message.bodyLength)
+        json.key("body_sha256")
+        if let digest = message.bodySHA256 { json.string(digest) } else { json.null() }
+        if let text = message.bodyText { json.string("body_text", text) }
+    }
+
+    /// The message's fields as one JSON object (for `blip decode --json`, which writes its output whole).
+    static func messageObject(_ message: BLIPTrafficDecoder.Message) -> [String: Any] {
+        var json = JSONWriter()
+        json.beginObject()
+        Self.writeMessageFields(message, into: &json)
+        json.endObject()
+        return (try? JSONSerialization.jsonObject(with: Data(json.bytes))) as? [String: Any] ?? [:]
     }
 
     static func messageLine(_ message: BLIPTrafficDecoder.Message, redacting: Set<String> = []) -> String {
-        let shown = Self.properties(message.properties, redacting: redacting).map { "\($0.0): \($0.1)" }
-            .joined(separator: ", ")
-        let preview =
-            message.bodyText.map(Self.preview) ?? message.bodySHA256.map { "sha256 \($0.prefix(16))..." } ?? ""
-        return "\(message.type)#\(message.number) complete  {\(shown)}  body \(message.bodyLength) bytes \(preview)"
+        var bytes: [UInt8] = []
+        Self.writeMessageLine(message, redacting: redacting, into: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
-    /// The first 60 bytes of `text` (whole characters' scalars), quoted, newlines as `\n`. Works on bytes:
-    /// walking `Character`s here cost `blip proxy` more than decoding the message did.
+    /// `MSG#3 complete  {Profile: echo}  body 100 bytes "abc..."`, appended to `bytes`.
+    static func writeMessageLine(
+        _ message: BLIPTrafficDecoder.Message,
+        redacting: Set<String> = [],
+        into bytes: inout [UInt8]
+    ) {
+        bytes += message.type.description.utf8
+        bytes.append(UInt8(ascii: "#"))
+        JSONWriter.appendDecimal(Int(message.number), to: &bytes)
+        bytes += " complete  {".utf8
+        for (index, property) in message.properties.enumerated() {
+            if index > 0 { bytes += ", ".utf8 }
+            bytes += property.name.utf8
+            bytes += ": ".utf8
+            bytes += (redacting.contains(property.name) ? Self.redacted : property.value).utf8
+        }
+        bytes += "}  body ".utf8
+        JSONWriter.appendDecimal(message.bodyLength, to: &bytes)
+        bytes += " bytes ".utf8
+        if let text = message.bodyText {
+            Self.writePreview(text, into: &bytes)
+        } else if let digest = message.bodySHA256 {
+            bytes += "sha256 ".utf8
+            bytes += digest.utf8.prefix(16)
+            bytes += "...".utf8
+        }
+    }
+
+    /// The first 60 bytes of `text` (whole characters' scalars), quoted, newlines as `\n`.
     static func preview(_ text: String) -> String {
-        var bytes: [UInt8] = [UInt8(ascii: "\"")]
-        bytes.reserveCapacity(72)
+        var bytes: [UInt8] = []
+        Self.writePreview(text, into: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Works on bytes: walking `Character`s here cost `blip proxy` more than decoding the message did.
+    private static func writePreview(_ text: String, into bytes: inout [UInt8]) {
+        bytes.append(UInt8(ascii: "\""))
         var count = 0
         var truncated = false
         for byte in text.utf8 {
@@ -103,13 +145,8 @@ enum TrafficFormat {
             }
             count += 1
         }
-        if truncated { bytes += Array("...".utf8) }
+        if truncated { bytes += "...".utf8 }
         bytes.append(UInt8(ascii: "\""))
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    static func properties(_ properties: BLIPProperties, redacting: Set<String>) -> [(String, String)] {
-        properties.map { ($0.name, redacting.contains($0.name) ? Self.redacted : $0.value) }
     }
 
     static func flagNames(_ flags: BLIPFrameFlags) -> [String] {
