@@ -115,7 +115,8 @@ public final class BLIPInspectingProxy: Sendable {
     public var openConnectionCount: Int { self.connections.count }
 
     /// Starts listening. `observer` is called on the connections' event loops, in order per connection:
-    /// keep it short (queue the work elsewhere), since the relay waits for it.
+    /// keep it short (queue the work elsewhere), since the connection's next read batch waits for it (each
+    /// batch is relayed and flushed before it is inspected).
     public static func start(
         configuration: Configuration,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,

@@ -4,7 +4,7 @@ internal import NIOCore
 
 /// Watches the two byte streams of one proxied connection and reports what they carry: the handshake,
 /// then each direction's WebSocket messages decoded as BLIP in the dialect the upstream chose. It sees
-/// each chunk before the proxy forwards it and never changes it; whatever it fails to understand stops
+/// each chunk once the proxy has sent it on (after each read batch's flush) and never changes it; whatever it fails to understand stops
 /// its reports for that direction, not the relay. Confined to the connection's event loop.
 final class ConnectionInspector {
     typealias Direction = BLIPInspectingProxy.Direction
@@ -53,7 +53,7 @@ final class ConnectionInspector {
         self.bytesFromClient += length
     }
 
-    /// Bytes the client sent after its request head, just before they are forwarded.
+    /// Bytes the client sent after its request head, once they are forwarded.
     func clientBytes(_ bytes: ByteBuffer) {
         self.bytesFromClient += bytes.readableBytes
         switch self.phase {
@@ -69,7 +69,7 @@ final class ConnectionInspector {
         }
     }
 
-    /// Bytes the upstream sent, just before they are forwarded.
+    /// Bytes the upstream sent, once they are forwarded.
     func serverBytes(_ bytes: ByteBuffer) {
         self.bytesFromServer += bytes.readableBytes
         switch self.phase {

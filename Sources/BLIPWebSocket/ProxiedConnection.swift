@@ -19,6 +19,11 @@ final class ProxiedConnection {
     private var clientOpen = true
     private var upstreamOpen = false
     private var finished = false
+    /// What each side sent in the current read batch, relayed and not yet inspected: inspecting after the
+    /// batch's flush keeps the decoding and the log off the relayed bytes' way (a sequential round trip
+    /// through the decoding proxy waited for both before).
+    private var uninspectedFromClient: [ByteBuffer] = []
+    private var uninspectedFromServer: [ByteBuffer] = []
 
     private enum State {
         case readingHead(ByteBuffer)
@@ -59,14 +64,14 @@ final class ProxiedConnection {
 
     func received(_ bytes: ByteBuffer, from side: RelayHandler.Side) {
         if side == .upstream {
-            self.inspector.serverBytes(bytes)
             self.clientHandler.write(bytes)
+            self.uninspectedFromServer.append(bytes)
             return
         }
         switch self.state {
         case .relaying:
-            self.inspector.clientBytes(bytes)
             self.upstreamHandler?.write(bytes)
+            self.uninspectedFromClient.append(bytes)
         case .readingHead(var head):
             head.writeImmutableBuffer(bytes)
             self.readHead(head)
@@ -78,10 +83,28 @@ final class ProxiedConnection {
         }
     }
 
+    /// The end of a read batch: the bytes go out first, and are inspected while the peer reads them.
     func readComplete(from side: RelayHandler.Side) {
         switch side {
         case .client: self.upstreamHandler?.flush()
         case .upstream: self.clientHandler.flush()
+        }
+        self.inspectRelayed(from: side)
+    }
+
+    /// Hands the inspector what `side` sent since the last time, in order.
+    private func inspectRelayed(from side: RelayHandler.Side) {
+        switch side {
+        case .client:
+            guard !self.uninspectedFromClient.isEmpty else { return }
+            let chunks = self.uninspectedFromClient
+            self.uninspectedFromClient.removeAll(keepingCapacity: true)
+            for chunk in chunks { self.inspector.clientBytes(chunk) }
+        case .upstream:
+            guard !self.uninspectedFromServer.isEmpty else { return }
+            let chunks = self.uninspectedFromServer
+            self.uninspectedFromServer.removeAll(keepingCapacity: true)
+            for chunk in chunks { self.inspector.serverBytes(chunk) }
         }
     }
 
@@ -210,6 +233,7 @@ final class ProxiedConnection {
     }
 
     func closed(_ side: RelayHandler.Side) {
+        self.inspectRelayed(from: side)  // a batch that ended with the connection
         switch side {
         case .client:
             self.clientOpen = false
@@ -225,6 +249,8 @@ final class ProxiedConnection {
         guard !self.clientOpen, !self.upstreamOpen, !self.finished else { return }
         if case .connecting = self.state { return }  // the connect's outcome finishes it
         self.finished = true
+        self.inspectRelayed(from: .client)
+        self.inspectRelayed(from: .upstream)
         self.inspector.finish()
     }
 }

@@ -173,6 +173,49 @@ struct InspectingProxyTests {
         #expect(stopped.allSatisfy { $0.1.lowercased().contains("checksum") || $0.1.lowercased().contains("crc") })
     }
 
+    @Test("a read batch goes upstream before it is inspected: an observer holding the proxy's thread does not hold it")
+    func relaysBeforeInspecting() async throws {
+        let arrived = DispatchSemaphore(value: 0)
+        var router = standardRouter()
+        router.registerSynchronous(profile: "note") { _, _ in
+            arrived.signal()
+            return BLIPResponse()
+        }
+        // Its own thread: the observer below blocks it.
+        let proxyLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let upstreamHadIt = NIOLockedValueBox<Bool?>(nil)
+        do {
+            try await withServer(router: router) { server in
+                var configuration = BLIPInspectingProxy.Configuration(
+                    upstream: try #require(BLIPWebSocketURL("ws://127.0.0.1:\(server.port)"))
+                )
+                configuration.port = 0
+                let proxy = try await BLIPInspectingProxy.start(configuration: configuration, eventLoopGroup: proxyLoop)
+                {
+                    guard case .message(.clientToServer, let message, _) = $0.kind,
+                        message.properties["Profile"] == "note"
+                    else { return }
+                    // Inspected before it was written (before the fix), the request waited out these 30 s here.
+                    upstreamHadIt.withLockedValue { $0 = arrived.wait(timeout: .now() + 30) == .success }
+                }
+                do {
+                    try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { connection in
+                        _ = try await connection.sendRequest(BLIPRequest(profile: "note", text: "hello"))
+                    }
+                } catch {
+                    await proxy.shutdown()
+                    throw error
+                }
+                await proxy.shutdown()
+            }
+        } catch {
+            try? await proxyLoop.shutdownGracefully()
+            throw error
+        }
+        try await proxyLoop.shutdownGracefully()
+        #expect(upstreamHadIt.withLockedValue { $0 } == true)
+    }
+
     @Test("a message over the decoding budget stops that direction's decoding; the relay carries it unchanged")
     func messageOverBudget() async throws {
         let first = try fixtureFrame("go-blip/01-request-with-properties/f000-c2s-MSG1.bin")
