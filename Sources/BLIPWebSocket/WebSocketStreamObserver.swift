@@ -29,21 +29,34 @@ struct WebSocketStreamObserver {
     /// Bytes waiting for the rest of their frame, at most one frame header and ``maximumMessageSize``.
     var bufferedBytes: Int { (self.pending?.readableBytes ?? 0) + (self.message?.readableBytes ?? 0) }
 
-    /// Parses what `bytes` completes, reporting each message and control frame in order.
+    /// Parses what `bytes` completes, reporting each message and control frame in order. Frames that lie
+    /// whole in `bytes` are read in place; only a frame begun in an earlier chunk is copied together, and
+    /// only as many bytes as it lacks (copying every chunk behind a partial frame cost following bulk
+    /// traffic a copy of every byte).
     mutating func observe(_ bytes: ByteBuffer, _ report: (Event) -> Void) throws(Failure) {
-        if var pending = self.pending.take() {
-            pending.writeImmutableBuffer(bytes)
-            self.pending = pending
-        } else {
-            self.pending = bytes
-        }
-        while var buffer = self.pending.take() {
-            let frame = try Self.nextFrame(&buffer, maximumPayload: self.maximumMessageSize)
-            if buffer.readableBytes > 0 { self.pending = buffer }
-            guard let frame else { return }
+        var input = bytes
+        while var pending = self.pending.take() {
+            let size = try Self.header(of: pending, maximumPayload: self.maximumMessageSize)?.frameSize
+            let lacking = (size ?? Self.longestHeader) - pending.readableBytes
+            if lacking > 0, let piece = input.readSlice(length: min(lacking, input.readableBytes)) {
+                pending.writeImmutableBuffer(piece)
+            }
+            guard let frame = try Self.nextFrame(&pending, maximumPayload: self.maximumMessageSize) else {
+                self.pending = pending
+                if input.readableBytes == 0 { return }
+                continue  // the header is whole now: its frame's size says how much more to take
+            }
+            if pending.readableBytes > 0 { self.pending = pending }
             try self.deliver(frame, report)
         }
+        while let frame = try Self.nextFrame(&input, maximumPayload: self.maximumMessageSize) {
+            try self.deliver(frame, report)
+        }
+        if input.readableBytes > 0 { self.pending = input }
     }
+
+    /// Two bytes, eight of extended length and a four-byte mask.
+    private static let longestHeader = 14
 
     private struct Frame {
         var fin: Bool
@@ -51,8 +64,16 @@ struct WebSocketStreamObserver {
         var payload: ByteBuffer
     }
 
-    /// The next whole frame, unmasked, or nil (with `buffer` untouched) when it has not all arrived.
-    private static func nextFrame(_ buffer: inout ByteBuffer, maximumPayload: Int) throws(Failure) -> Frame? {
+    private struct Header {
+        var first: UInt8
+        var key: (UInt8, UInt8, UInt8, UInt8)?
+        var headerLength: Int
+        var payloadLength: Int
+        var frameSize: Int { self.headerLength + self.payloadLength }
+    }
+
+    /// The header at the start of `buffer`, or nil when it has not all arrived.
+    private static func header(of buffer: ByteBuffer, maximumPayload: Int) throws(Failure) -> Header? {
         var view = buffer
         guard let first = view.readInteger(as: UInt8.self), let second = view.readInteger(as: UInt8.self) else {
             return nil
@@ -76,11 +97,24 @@ struct WebSocketStreamObserver {
             guard let bytes = view.readBytes(length: 4) else { return nil }
             key = (bytes[0], bytes[1], bytes[2], bytes[3])
         }
-        guard var payload = view.readSlice(length: Int(length)) else { return nil }
+        return Header(
+            first: first,
+            key: key,
+            headerLength: view.readerIndex - buffer.readerIndex,
+            payloadLength: Int(length)
+        )
+    }
+
+    /// The next whole frame, unmasked, or nil (with `buffer` untouched) when it has not all arrived.
+    private static func nextFrame(_ buffer: inout ByteBuffer, maximumPayload: Int) throws(Failure) -> Frame? {
+        guard let header = try Self.header(of: buffer, maximumPayload: maximumPayload),
+            buffer.readableBytes >= header.frameSize
+        else { return nil }
+        buffer.moveReaderIndex(forwardBy: header.headerLength)
+        var payload = buffer.readSlice(length: header.payloadLength)!
         // A copy of our own: the relayed bytes may still be waiting in the other channel's outbound queue.
-        if let key { payload.webSocketMaskWordWide(key) }
-        buffer = view
-        return Frame(fin: first & 0x80 != 0, opcode: first & 0x0F, payload: payload)
+        if let key = header.key { payload.webSocketMaskWordWide(key) }
+        return Frame(fin: header.first & 0x80 != 0, opcode: header.first & 0x0F, payload: payload)
     }
 
     private mutating func deliver(_ frame: Frame, _ report: (Event) -> Void) throws(Failure) {
