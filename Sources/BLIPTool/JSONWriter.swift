@@ -43,7 +43,8 @@ struct JSONWriter {
         self.separate()
         self.bytes.append(UInt8(ascii: "\""))
         key.withUTF8Buffer { self.bytes.append(contentsOf: $0) }
-        self.bytes.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        self.bytes.append(UInt8(ascii: "\""))
+        self.bytes.append(UInt8(ascii: ":"))
         self.afterValue = false
     }
 

@@ -149,12 +149,13 @@ enum TrafficFormat {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    /// The flags' names, in a fixed order.
+    private static let namedFlags: [(BLIPFrameFlags, String)] = [
+        (.compressed, "compressed"), (.urgent, "urgent"), (.noReply, "noReply"), (.moreComing, "moreComing"),
+        (.meta, "meta"),
+    ]
+
     static func flagNames(_ flags: BLIPFrameFlags) -> [String] {
-        [
-            (BLIPFrameFlags.compressed, "compressed"), (.urgent, "urgent"), (.noReply, "noReply"),
-            (.moreComing, "moreComing"), (.meta, "meta"),
-        ]
-        .filter { flags.contains($0.0) }
-        .map(\.1)
+        flags.isEmpty ? [] : Self.namedFlags.filter { flags.contains($0.0) }.map(\.1)
     }
 }
