@@ -80,6 +80,13 @@ struct JSONWriter {
         self.int(value)
     }
 
+    mutating func int(_ key: StaticString, _ value: UInt64) {
+        self.key(key)
+        self.separate()
+        Self.appendDecimal(value, to: &self.bytes)
+        self.afterValue = true
+    }
+
     mutating func double(_ value: Double) {
         self.separate()
         self.bytes.append(contentsOf: (value.isFinite ? value.description : "null").utf8)
@@ -130,7 +137,12 @@ struct JSONWriter {
     /// `value` in decimal, without the String that `String(value)` would build.
     static func appendDecimal(_ value: Int, to bytes: inout [UInt8]) {
         if value < 0 { bytes.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
+        Self.appendDecimal(UInt64(value.magnitude), to: &bytes)
+    }
+
+    /// Message numbers and byte counts are UInt64 on the wire: any of them, not only those an Int holds.
+    static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
+        var magnitude = value
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // up to 24 digits, the last first
         let count = withUnsafeMutableBytes(of: &digits) { buffer in
             var count = 0

@@ -128,9 +128,9 @@ struct ProxyLogFormat: Sendable {
         case .ack(let direction, let header, let count):
             json.string("event", "ack")
             json.string("direction", direction.rawValue)
-            json.int("number", Int(header.messageNumber))
+            json.int("number", header.messageNumber)
             json.string("type", header.type.description)
-            json.int("ack_bytes", Int(count))
+            json.int("ack_bytes", count)
         case .control(let direction, let control):
             switch control {
             case .ping(let payload):

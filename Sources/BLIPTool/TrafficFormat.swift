@@ -9,7 +9,7 @@ enum TrafficFormat {
 
     static func header(_ header: BLIPFrameHeader, dialect: BLIPDialect) -> [String: Any] {
         [
-            "number": Int(header.messageNumber),
+            "number": header.messageNumber,
             "type": "\(header.type)",
             "flags": Self.flagNames(header.flags),
             "wire_flags": String(format: "0x%02X", (try? header.wireFlags(in: dialect)) ?? 0),
@@ -21,7 +21,7 @@ enum TrafficFormat {
         json["length"] = frame.length
         switch frame.kind {
         case .ack(let count):
-            json["ack_bytes"] = Int(count)
+            json["ack_bytes"] = count
         case .malformedACK(let error):
             json["ack_error"] = error
         case .unknownType:
@@ -59,7 +59,7 @@ enum TrafficFormat {
         redacting: Set<String> = [],
         into json: inout JSONWriter
     ) {
-        json.int("number", Int(message.number))
+        json.int("number", message.number)
         json.string("type", message.type.description)
         json.key("flags")
         json.stringArray(Self.flagNames(message.flags))
@@ -84,7 +84,12 @@ enum TrafficFormat {
         json.beginObject()
         Self.writeMessageFields(message, into: &json)
         json.endObject()
-        return (try? JSONSerialization.jsonObject(with: Data(json.bytes))) as? [String: Any] ?? [:]
+        // Read back rather than built twice, so that both commands have one list of fields. Our writer's
+        // output always reads back; if it ever did not, the object says so instead of going missing.
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(json.bytes))) as? [String: Any] else {
+            return ["error": "unreadable message fields: \(String(decoding: json.bytes, as: UTF8.self))"]
+        }
+        return object
     }
 
     static func messageLine(_ message: BLIPTrafficDecoder.Message, redacting: Set<String> = []) -> String {
@@ -101,7 +106,7 @@ enum TrafficFormat {
     ) {
         bytes += message.type.description.utf8
         bytes.append(UInt8(ascii: "#"))
-        JSONWriter.appendDecimal(Int(message.number), to: &bytes)
+        JSONWriter.appendDecimal(message.number, to: &bytes)
         bytes += " complete  {".utf8
         for (index, property) in message.properties.enumerated() {
             if index > 0 { bytes += ", ".utf8 }

@@ -22,6 +22,9 @@ final class ProxiedConnection {
     /// What each side sent in the current read batch, relayed and not yet inspected: inspecting after the
     /// batch's flush keeps the decoding and the log off the relayed bytes' way (a sequential round trip
     /// through the decoding proxy waited for both before).
+    /// Whether the upstream sent anything: counted as it is relayed, since a read error can end a batch
+    /// before it is inspected (NIO then skips channelReadComplete).
+    private var upstreamAnswered = false
     private var uninspectedFromClient: [ByteBuffer] = []
     private var uninspectedFromServer: [ByteBuffer] = []
 
@@ -64,6 +67,7 @@ final class ProxiedConnection {
 
     func received(_ bytes: ByteBuffer, from side: RelayHandler.Side) {
         if side == .upstream {
+            self.upstreamAnswered = true
             self.clientHandler.write(bytes)
             self.uninspectedFromServer.append(bytes)
             return
@@ -226,7 +230,7 @@ final class ProxiedConnection {
     /// A side's channel failed. An upstream failing before it answered anything (a TLS handshake that its
     /// certificate fails, say) is the proxy's to answer, as when it cannot be reached.
     func failed(_ side: RelayHandler.Side, _ error: any Error) {
-        guard side == .upstream, case .relaying = self.state, self.inspector.bytesFromServer == 0 else { return }
+        guard side == .upstream, case .relaying = self.state, !self.upstreamAnswered else { return }
         let reason = "the connection to \(self.upstream) failed before it answered: \(error)"
         self.inspector.emit(.upstreamUnreachable(reason))
         self.refuse(status: "502 Bad Gateway", "blip proxy: \(reason)")

@@ -30,21 +30,22 @@ struct WebSocketStreamObserver {
     var bufferedBytes: Int { (self.pending?.readableBytes ?? 0) + (self.message?.readableBytes ?? 0) }
 
     /// Parses what `bytes` completes, reporting each message and control frame in order. Frames that lie
-    /// whole in `bytes` are read in place; only a frame begun in an earlier chunk is copied together, and
-    /// only as many bytes as it lacks (copying every chunk behind a partial frame cost following bulk
-    /// traffic a copy of every byte).
+    /// whole in `bytes` are read in place. Only a frame begun in an earlier chunk is copied together, and
+    /// it takes only the bytes it lacks: the rest of its header first, then the rest of its payload, never
+    /// a byte of the next frame (copying every chunk behind a partial frame cost following bulk traffic a
+    /// copy of every byte).
     mutating func observe(_ bytes: ByteBuffer, _ report: (Event) -> Void) throws(Failure) {
         var input = bytes
         while var pending = self.pending.take() {
-            let size = try Self.header(of: pending, maximumPayload: self.maximumMessageSize)?.frameSize
-            let lacking = (size ?? Self.longestHeader) - pending.readableBytes
+            let header = try Self.header(of: pending, maximumPayload: self.maximumMessageSize)
+            let lacking = (header?.frameSize ?? Self.headerLength(of: pending)) - pending.readableBytes
             if lacking > 0, let piece = input.readSlice(length: min(lacking, input.readableBytes)) {
                 pending.writeImmutableBuffer(piece)
             }
             guard let frame = try Self.nextFrame(&pending, maximumPayload: self.maximumMessageSize) else {
                 self.pending = pending
                 if input.readableBytes == 0 { return }
-                continue  // the header is whole now: its frame's size says how much more to take
+                continue  // more of the header is here: it says how much more to take
             }
             if pending.readableBytes > 0 { self.pending = pending }
             try self.deliver(frame, report)
@@ -55,8 +56,18 @@ struct WebSocketStreamObserver {
         if input.readableBytes > 0 { self.pending = input }
     }
 
-    /// Two bytes, eight of extended length and a four-byte mask.
-    private static let longestHeader = 14
+    /// The length of the header that `buffer` starts, as far as its first two bytes tell (two until they
+    /// are there).
+    private static func headerLength(of buffer: ByteBuffer) -> Int {
+        guard let second = buffer.getInteger(at: buffer.readerIndex + 1, as: UInt8.self) else { return 2 }
+        let extended =
+            switch second & 0x7F {
+            case 126: 2
+            case 127: 8
+            default: 0
+            }
+        return 2 + extended + (second & 0x80 != 0 ? 4 : 0)
+    }
 
     private struct Frame {
         var fin: Bool

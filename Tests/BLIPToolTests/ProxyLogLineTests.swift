@@ -1,10 +1,10 @@
-import BLIPWebSocket
 import BLIPWire
 import Foundation
 import NIOCore
 import Testing
 
 @testable import BLIPTool
+@testable import BLIPWebSocket
 
 @Suite("blip proxy's log lines, written as bytes")
 struct ProxyLogLineTests {
@@ -93,5 +93,69 @@ struct ProxyLogLineTests {
             ProxyLogFormat(json: false, verbose: false, redactedProperties: []).line(for: close)
                 == "14:13:20.000 #3 c2s close 1000 "
         )
+    }
+
+    @Test("the other events' JSON lines, exactly as before the lines were written as bytes")
+    func otherEvents() {
+        let format = ProxyLogFormat(json: true, verbose: true, redactedProperties: [])
+        let time = Date(timeIntervalSince1970: 1_790_000_000.5)
+        func line(_ kind: BLIPInspectingProxy.Event.Kind) -> String? {
+            format.line(for: BLIPInspectingProxy.Event(connection: 2, time: time, kind: kind))
+        }
+        let start = #"{"connection":2,"time":"2026-09-21T14:13:20.500000Z","event":"#
+        let header = BLIPFrameHeader(messageNumber: 7, type: .ackRequest)
+        #expect(
+            line(.ack(.serverToClient, header, byteCount: 65_536))
+                == start + #""ack","direction":"s2c","number":7,"type":"\#(header.type)","ack_bytes":65536}"#
+        )
+        #expect(
+            line(.control(.clientToServer, .close(code: nil, reason: "")))
+                == start + #""close","code":null,"reason":"","direction":"c2s"}"#
+        )
+        #expect(
+            line(.decodingStopped(.clientToServer, "a \"bad\" frame\n"))
+                == start + #""decoding_stopped","direction":"c2s","error":"a \"bad\" frame\n"}"#
+        )
+        #expect(
+            line(.closed(bytesFromClient: 10, bytesFromServer: 0, incomplete: ["MSG#3", "RPY#4"]))
+                == start + #""closed","bytes_from_client":10,"bytes_from_server":0,"incomplete":["MSG#3","RPY#4"]}"#
+        )
+        #expect(line(.upstreamUnreachable("no")) == start + #""upstream_unreachable","error":"no"}"#)
+    }
+
+    @Test("message numbers and ACK counts past Int's range are written, not trapped on (a peer chooses them)")
+    func largestNumbers() throws {
+        let header = BLIPFrameHeader(messageNumber: .max, type: .ackResponse)
+        let ack = BLIPInspectingProxy.Event(
+            connection: 1,
+            time: Date(timeIntervalSince1970: 0),
+            kind: .ack(.clientToServer, header, byteCount: .max)
+        )
+        let json = try #require(ProxyLogFormat(json: true, verbose: true, redactedProperties: []).line(for: ack))
+        #expect(
+            json.contains(#""number":18446744073709551615,"#) && json.contains(#""ack_bytes":18446744073709551615}"#)
+        )
+        let message = BLIPTrafficDecoder.Message(
+            number: 1 << 63,
+            type: .request,
+            flags: [],
+            properties: BLIPProperties(),
+            bodyLength: 0,
+            bodySHA256: nil,
+            bodyText: "",
+            bodyPrefix: ByteBuffer(),
+            frameCount: 1,
+            started: .now()
+        )
+        let event = BLIPInspectingProxy.Event(
+            connection: 1,
+            time: Date(timeIntervalSince1970: 0),
+            kind: .message(.serverToClient, message, duration: .zero)
+        )
+        let text = ProxyLogFormat(json: false, verbose: false, redactedProperties: []).line(for: event)
+        #expect(text?.contains("MSG#9223372036854775808 complete") == true)
+        let line = ProxyLogFormat(json: true, verbose: false, redactedProperties: []).line(for: event)
+        #expect(line?.contains(#""number":9223372036854775808,"#) == true)
+        #expect(TrafficFormat.header(header, dialect: .blip3)["number"] as? UInt64 == .max)
     }
 }

@@ -216,6 +216,56 @@ struct InspectingProxyTests {
         #expect(upstreamHadIt.withLockedValue { $0 } == true)
     }
 
+    @Test("an answer and a reset met in one read batch: the client gets the answer as written, and no 502 after it")
+    func answerThenReset() async throws {
+        // Exactly the proxy's first read buffer (NIO's adaptive allocator starts at 2 048 bytes): the read fills
+        // it, so NIO reads again in the same batch, meets the reset there, and skips channelReadComplete.
+        let prefix = "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: "
+        let bodyLength = 2_048 - prefix.utf8.count - 4 - 4  // a four-digit length, then the blank line
+        let response =
+            Array("\(prefix)\(bodyLength)\r\n\r\n".utf8) + Array(repeating: UInt8(ascii: "x"), count: bodyLength)
+        try #require(response.count == 2_048)
+        let proxyLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let upstreamLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let answer = response
+        do {
+            let upstream = try await ServerBootstrap(group: upstreamLoop)
+                .childChannelInitializer { channel in
+                    (channel as! any SocketOptionProvider).setSoLinger(linger(l_onoff: 1, l_linger: 0)).flatMapThrowing
+                    {
+                        try channel.pipeline.syncOperations.addHandler(
+                            AnswerThenReset(answer: answer, holding: proxyLoop.next())
+                        )
+                    }
+                }
+                .bind(host: "127.0.0.1", port: 0).get()
+            var configuration = BLIPInspectingProxy.Configuration(
+                upstream: try #require(BLIPWebSocketURL("ws://127.0.0.1:\(upstream.localAddress!.port!)"))
+            )
+            configuration.port = 0
+            let log = ProxyEventLog()
+            let proxy = try await BLIPInspectingProxy.start(configuration: configuration, eventLoopGroup: proxyLoop) {
+                log.append($0)
+            }
+            let client = try await RawTCPClient.connect(port: proxy.port)
+            try await client.send(Array("GET /db HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+            let received = await client.serverClose(within: .seconds(30))
+            await proxy.shutdown()
+            try await upstream.close()
+            #expect(
+                received?.bytes == answer,
+                "\(received?.statusLine ?? "nothing"), \(received?.bytes.count ?? 0) bytes"
+            )
+            #expect(log.unreachableCount == 0 && log.handshakeStatuses == [403])
+        } catch {
+            try? await proxyLoop.shutdownGracefully()
+            try? await upstreamLoop.shutdownGracefully()
+            throw error
+        }
+        try await proxyLoop.shutdownGracefully()
+        try await upstreamLoop.shutdownGracefully()
+    }
+
     @Test("a message over the decoding budget stops that direction's decoding; the relay carries it unchanged")
     func messageOverBudget() async throws {
         let first = try fixtureFrame("go-blip/01-request-with-properties/f000-c2s-MSG1.bin")
@@ -421,22 +471,54 @@ struct InspectingProxyTests {
 
     @Test("an upstream that cannot be reached: the client gets a 502, the log says why")
     func unreachableUpstream() async throws {
-        // A port that was free a moment ago.
-        let closed = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .bind(host: "127.0.0.1", port: 0).get()
-        let port = closed.localAddress!.port!
-        try await closed.close()
-        try await withProxy(upstream: "ws://127.0.0.1:\(port)") { proxy, log in
-            let error = await #expect(throws: BLIPHandshakeError.self) {
-                try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { _ in }
+        // A port held bound and never listening: a server of another suite cannot take it meanwhile.
+        try await withRefusingLoopbackPort { port in
+            try await withProxy(upstream: "ws://127.0.0.1:\(port)") { proxy, log in
+                let error = await #expect(throws: BLIPHandshakeError.self) {
+                    try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { _ in }
+                }
+                #expect(error?.status == 502)
+                try await eventually { log.unreachableCount == 1 && log.closedCount == 1 }
             }
-            #expect(error?.status == 502)
-            try await eventually { log.unreachableCount == 1 && log.closedCount == 1 }
         }
     }
 }
 
 // MARK: - Support
+
+/// An upstream that answers the first request head with `answer` and then resets the connection, while it
+/// holds the proxy's only thread, so that the proxy meets both in one read.
+private final class AnswerThenReset: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let answer: [UInt8]
+    let holding: any EventLoop
+    private var received: [UInt8] = []
+    private var answered = false
+
+    init(answer: [UInt8], holding: any EventLoop) {
+        self.answer = answer
+        self.holding = holding
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        self.received += Self.unwrapInboundIn(data).readableBytesView
+        guard !self.answered, self.received.firstRange(of: Array("\r\n\r\n".utf8)) != nil else { return }
+        self.answered = true
+        let busy = DispatchSemaphore(value: 0)
+        self.holding.execute {
+            busy.signal()
+            usleep(300_000)
+        }
+        _ = busy.wait(timeout: .now() + 10)
+        let channel = context.channel
+        // SO_LINGER 0: the close is a reset, sent behind the answer.
+        context.writeAndFlush(Self.wrapOutboundOut(ByteBuffer(bytes: self.answer))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+}
 
 /// What the proxy reported, for the tests to read.
 final class ProxyEventLog: Sendable {

@@ -78,34 +78,50 @@ struct WebSocketStreamObserverTests {
         }
     }
 
-    @Test("frames after one that straddles two chunks are read in place, not from a copy of the chunk")
-    func framesReadInPlace() throws {
-        let first = Self.frame(opcode: 0x2, payload: Array(repeating: 1, count: 1_000), mask: nil)
+    @Test(
+        "frames after one that straddles two chunks are read in place, not from a copy of the chunk",
+        arguments: [
+            (1_000, 500),  // the payload split
+            (4, 1),  // a 6-byte frame (an ACK's size) split inside its header: only its header is taken
+            (0, 3),  // an empty masked frame split inside its mask
+        ]
+    )
+    func framesReadInPlace(firstPayload: Int, split: Int) throws {
+        let first = Self.frame(opcode: 0x2, payload: Array(repeating: 1, count: firstPayload), mask: (5, 6, 7, 8))
         let second = Self.frame(opcode: 0x2, payload: Array(repeating: 2, count: 1_000), mask: nil)
-        let chunk = ByteBuffer(bytes: first[500...] + second)
+        let chunk = ByteBuffer(bytes: first[split...] + second)
         var observer = WebSocketStreamObserver(maximumMessageSize: 1 << 20)
-        try observer.observe(ByteBuffer(bytes: first[..<500])) { _ in }
+        try observer.observe(ByteBuffer(bytes: first[..<split])) { _ in }
         var payloads: [ByteBuffer] = []
         try observer.observe(chunk) {
             if case .message(let payload, _) = $0 { payloads.append(payload) }
         }
         try #require(payloads.count == 2)
-        let chunkRange = chunk.withUnsafeReadableBytes {
-            UInt(bitPattern: $0.baseAddress)..<UInt(bitPattern: $0.baseAddress) + UInt($0.count)
-        }
+        #expect(payloads[0].readableBytesView.allSatisfy { $0 == 1 } && payloads[0].readableBytes == firstPayload)
+        let chunkStart = chunk.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+        let chunkRange = chunkStart..<(chunkStart + UInt(chunk.readableBytes))
         let secondAddress = payloads[1].withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
         #expect(chunkRange.contains(secondAddress), "the second frame's payload is a slice of the chunk it came in")
         #expect(payloads[1].readableBytesView.allSatisfy { $0 == 2 } && payloads[1].readableBytes == 1_000)
+        #expect(observer.bufferedBytes == 0)
     }
 
-    @Test("a frame over the budget fails as soon as its header arrives, whole or in pieces")
-    func overBudget() {
+    @Test("a frame over the budget fails as soon as its header has arrived, whole or in pieces")
+    func overBudget() throws {
+        // 2 000 bytes: a 4-byte header (the 16-bit length form), unmasked.
         let frame = Self.frame(opcode: 0x2, payload: Array(repeating: 7, count: 2_000), mask: nil)
-        for split in [1, 2, 3, 4, frame.count] {
+        for split in [1, 2, 3, 4, 5, 100] {
             var observer = WebSocketStreamObserver(maximumMessageSize: 1_024)
-            #expect(throws: WebSocketStreamObserver.Failure.self) {
+            if split < 4 {
                 try observer.observe(ByteBuffer(bytes: frame[..<split])) { _ in }
-                try observer.observe(ByteBuffer(bytes: frame[split...])) { _ in }
+                #expect(throws: WebSocketStreamObserver.Failure.self, "split at \(split)") {
+                    try observer.observe(ByteBuffer(bytes: frame[split..<(split + 1)])) { _ in }
+                    try observer.observe(ByteBuffer(bytes: frame[(split + 1)..<4])) { _ in }
+                }
+            } else {
+                #expect(throws: WebSocketStreamObserver.Failure.self, "split at \(split)") {
+                    try observer.observe(ByteBuffer(bytes: frame[..<split])) { _ in }
+                }
             }
         }
     }
