@@ -39,8 +39,18 @@ final class ConnectionInspector {
         self.configuration = configuration
         self.captureCounter = captureCounter
         self.report = report
-        self.clientToServer = DirectionInspector(.clientToServer, maximumMessageSize: configuration.maximumMessageSize)
-        self.serverToClient = DirectionInspector(.serverToClient, maximumMessageSize: configuration.maximumMessageSize)
+        // Relaying only, nothing reads binary messages: their payloads are skipped, not gathered.
+        let readsBinary = configuration.decodes || configuration.captureDirectory != nil
+        self.clientToServer = DirectionInspector(
+            .clientToServer,
+            maximumMessageSize: configuration.maximumMessageSize,
+            readsBinaryMessages: readsBinary
+        )
+        self.serverToClient = DirectionInspector(
+            .serverToClient,
+            maximumMessageSize: configuration.maximumMessageSize,
+            readsBinaryMessages: readsBinary
+        )
     }
 
     func emit(_ kind: BLIPInspectingProxy.Event.Kind) {
@@ -206,8 +216,11 @@ final class DirectionInspector {
     var decoder: BLIPTrafficDecoder?
     var stopped = false
 
-    init(_ direction: BLIPInspectingProxy.Direction, maximumMessageSize: Int) {
+    init(_ direction: BLIPInspectingProxy.Direction, maximumMessageSize: Int, readsBinaryMessages: Bool) {
         self.direction = direction
-        self.observer = WebSocketStreamObserver(maximumMessageSize: maximumMessageSize)
+        self.observer = WebSocketStreamObserver(
+            maximumMessageSize: maximumMessageSize,
+            readsBinaryMessages: readsBinaryMessages
+        )
     }
 }

@@ -3,7 +3,8 @@ internal import NIOCore
 /// Reads RFC 6455 frames out of one direction of a byte stream that it only watches: the proxy relays
 /// the bytes unchanged and hands this a reference to them. NIOWebSocket's decoder is a pipeline handler
 /// that consumes what it parses; this one unmasks into its own copies (never into the relayed bytes)
-/// and reassembles fragmented messages up to a budget.
+/// and reassembles fragmented messages up to a budget. When nothing reads binary messages (the proxy
+/// relaying without decoding or capturing), it skips their payloads as they pass instead of gathering them.
 struct WebSocketStreamObserver {
     enum Event {
         case message(ByteBuffer, isText: Bool)
@@ -21,9 +22,16 @@ struct WebSocketStreamObserver {
     private var pending: ByteBuffer?
     private var message: ByteBuffer?
     private var messageIsText = false
+    /// Whether binary messages are reported; when not, their frames are only counted past.
+    let readsBinaryMessages: Bool
+    /// Payload bytes of a skipped frame still to come.
+    private var skipping = 0
+    /// Inside a fragmented binary message that is being skipped.
+    private var inSkippedMessage = false
 
-    init(maximumMessageSize: Int) {
+    init(maximumMessageSize: Int, readsBinaryMessages: Bool = true) {
         self.maximumMessageSize = maximumMessageSize
+        self.readsBinaryMessages = readsBinaryMessages
     }
 
     /// Bytes waiting for the rest of their frame, at most one frame header and ``maximumMessageSize``.
@@ -36,24 +44,82 @@ struct WebSocketStreamObserver {
     /// copy of every byte).
     mutating func observe(_ bytes: ByteBuffer, _ report: (Event) -> Void) throws(Failure) {
         var input = bytes
+        self.skipPayload(of: &input)
         while var pending = self.pending.take() {
-            let header = try Self.header(of: pending, maximumPayload: self.maximumMessageSize)
-            let lacking = (header?.frameSize ?? Self.headerLength(of: pending)) - pending.readableBytes
+            // First the rest of its header (its first two bytes say how long it is), never more.
+            guard let header = try self.completedHeader(of: &pending, from: &input) else {
+                self.pending = pending
+                if input.readableBytes == 0 { return }
+                continue  // the first two bytes are here now: they say how much more header to take
+            }
+            if try self.skips(header) {
+                // Pending holds part of this frame and nothing after it: drop it, and the rest as it comes.
+                self.skipping = header.frameSize - pending.readableBytes
+                self.skipPayload(of: &input)
+                continue
+            }
+            // Then the rest of its payload.
+            let lacking = header.frameSize - pending.readableBytes
             if lacking > 0, let piece = input.readSlice(length: min(lacking, input.readableBytes)) {
                 pending.writeImmutableBuffer(piece)
             }
             guard let frame = try Self.nextFrame(&pending, maximumPayload: self.maximumMessageSize) else {
-                self.pending = pending
-                if input.readableBytes == 0 { return }
-                continue  // more of the header is here: it says how much more to take
+                self.pending = pending  // all of the input went into it
+                return
             }
-            if pending.readableBytes > 0 { self.pending = pending }
+            if pending.readableBytes > 0 { self.pending = pending }  // never so far: it held one frame
             try self.deliver(frame, report)
         }
-        while let frame = try Self.nextFrame(&input, maximumPayload: self.maximumMessageSize) {
+        while let header = try Self.header(of: input, maximumPayload: self.maximumMessageSize) {
+            if try self.skips(header) {
+                self.skipping = header.frameSize
+                self.skipPayload(of: &input)
+                continue
+            }
+            guard let frame = try Self.nextFrame(&input, maximumPayload: self.maximumMessageSize) else { break }
             try self.deliver(frame, report)
         }
         if input.readableBytes > 0 { self.pending = input }
+    }
+
+    /// The header `pending` starts, once what it lacks of it (as far as its first two bytes tell) has been
+    /// taken from the front of `input`; nil while it is still incomplete.
+    private func completedHeader(of pending: inout ByteBuffer, from input: inout ByteBuffer) throws(Failure)
+        -> Header?
+    {
+        if let header = try Self.header(of: pending, maximumPayload: self.maximumMessageSize) { return header }
+        let lacking = Self.headerLength(of: pending) - pending.readableBytes
+        if lacking > 0, let piece = input.readSlice(length: min(lacking, input.readableBytes)) {
+            pending.writeImmutableBuffer(piece)
+        }
+        return try Self.header(of: pending, maximumPayload: self.maximumMessageSize)
+    }
+
+    /// Drops what is left of a skipped frame from the front of `input`.
+    private mutating func skipPayload(of input: inout ByteBuffer) {
+        let dropped = min(self.skipping, input.readableBytes)
+        input.moveReaderIndex(forwardBy: dropped)
+        self.skipping -= dropped
+    }
+
+    /// Whether the frame `header` starts is a binary one nobody reads; if so, it is begun (and checked as
+    /// `deliver` would check it).
+    private mutating func skips(_ header: Header) throws(Failure) -> Bool {
+        guard !self.readsBinaryMessages else { return false }
+        let fin = header.first & 0x80 != 0
+        switch header.first & 0x0F {
+        case 0x2:
+            guard self.message == nil, !self.inSkippedMessage else {
+                throw Failure(description: "a new message inside a fragmented one")
+            }
+            self.inSkippedMessage = !fin
+            return true
+        case 0x0 where self.inSkippedMessage:
+            self.inSkippedMessage = !fin
+            return true
+        default:
+            return false
+        }
     }
 
     /// The length of the header that `buffer` starts, as far as its first two bytes tell (two until they
@@ -139,7 +205,9 @@ struct WebSocketStreamObserver {
         case 0xA:
             report(.pong(frame.payload))
         case 0x1, 0x2:
-            guard self.message == nil else { throw Failure(description: "a new message inside a fragmented one") }
+            guard self.message == nil, !self.inSkippedMessage else {
+                throw Failure(description: "a new message inside a fragmented one")
+            }
             if frame.fin {
                 report(.message(frame.payload, isText: frame.opcode == 0x1))
             } else {

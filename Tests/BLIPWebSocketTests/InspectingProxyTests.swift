@@ -266,6 +266,25 @@ struct InspectingProxyTests {
         try await upstreamLoop.shutdownGracefully()
     }
 
+    @Test("relaying only: a 300 KB echo passes, the handshake and closes are reported, no message is decoded")
+    func relayOnly() async throws {
+        try await withServer { server in
+            try await withProxy(upstream: "ws://127.0.0.1:\(server.port)", configure: { $0.decodes = false }) {
+                proxy,
+                log in
+                try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { connection in
+                    let body = pattern(300_000)
+                    let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", body: body))
+                    #expect(reply.body == body)
+                }
+                try await eventually { log.closedCount == 1 }
+                #expect(log.messages(.clientToServer).isEmpty && log.messages(.serverToClient).isEmpty)
+                #expect(log.handshakeStatuses == [101] && log.stoppedDecoding.isEmpty)
+                #expect(log.closeCodes[.clientToServer] == 1000 && log.closeCodes[.serverToClient] == 1000)
+            }
+        }
+    }
+
     @Test("a message over the decoding budget stops that direction's decoding; the relay carries it unchanged")
     func messageOverBudget() async throws {
         let first = try fixtureFrame("go-blip/01-request-with-properties/f000-c2s-MSG1.bin")
