@@ -80,11 +80,16 @@ struct JSONWriter {
         self.int(value)
     }
 
-    mutating func int(_ key: StaticString, _ value: UInt64) {
-        self.key(key)
+    /// Message numbers and byte counts: UInt64 on the wire, and any of them may come.
+    mutating func int(_ value: UInt64) {
         self.separate()
         Self.appendDecimal(value, to: &self.bytes)
         self.afterValue = true
+    }
+
+    mutating func int(_ key: StaticString, _ value: UInt64) {
+        self.key(key)
+        self.int(value)
     }
 
     mutating func double(_ value: Double) {

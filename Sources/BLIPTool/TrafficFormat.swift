@@ -68,7 +68,7 @@ enum TrafficFormat {
         for property in message.properties {
             json.beginArray()
             json.string(property.name)
-            json.string(redacting.contains(property.name) ? Self.redacted : property.value)
+            json.string(Self.shownValue(of: property, redacting: redacting))
             json.endArray()
         }
         json.endArray()
@@ -112,7 +112,7 @@ enum TrafficFormat {
             if index > 0 { bytes += ", ".utf8 }
             bytes += property.name.utf8
             bytes += ": ".utf8
-            bytes += (redacting.contains(property.name) ? Self.redacted : property.value).utf8
+            bytes += Self.shownValue(of: property, redacting: redacting).utf8
         }
         bytes += "}  body ".utf8
         JSONWriter.appendDecimal(message.bodyLength, to: &bytes)
@@ -126,14 +126,8 @@ enum TrafficFormat {
         }
     }
 
-    /// The first 60 bytes of `text` (whole characters' scalars), quoted, newlines as `\n`.
-    static func preview(_ text: String) -> String {
-        var bytes: [UInt8] = []
-        Self.writePreview(text, into: &bytes)
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    /// Works on bytes: walking `Character`s here cost `blip proxy` more than decoding the message did.
+    /// The first 60 bytes of `text` (whole characters' scalars), quoted, newlines as `\n`. Works on bytes:
+    /// walking `Character`s here cost `blip proxy` more than decoding the message did.
     private static func writePreview(_ text: String, into bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         var count = 0
@@ -152,6 +146,11 @@ enum TrafficFormat {
         }
         if truncated { bytes += "...".utf8 }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// A property's value as the logs show it: ``redacted`` when its name is in `redacting`.
+    private static func shownValue(of property: BLIPProperty, redacting: Set<String>) -> String {
+        redacting.contains(property.name) ? Self.redacted : property.value
     }
 
     /// The flags' names, in a fixed order.

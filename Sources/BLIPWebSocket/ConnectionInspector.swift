@@ -4,8 +4,9 @@ internal import NIOCore
 
 /// Watches the two byte streams of one proxied connection and reports what they carry: the handshake,
 /// then each direction's WebSocket messages decoded as BLIP in the dialect the upstream chose. It sees
-/// each chunk once the proxy has sent it on (after each read batch's flush) and never changes it; whatever it fails to understand stops
-/// its reports for that direction, not the relay. Confined to the connection's event loop.
+/// each chunk once the proxy has sent it on (after each read batch's flush) and never changes it;
+/// whatever it fails to understand stops its reports for that direction, not the relay. Confined to the
+/// connection's event loop.
 final class ConnectionInspector {
     typealias Direction = BLIPInspectingProxy.Direction
 

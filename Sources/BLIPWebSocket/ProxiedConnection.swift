@@ -19,12 +19,12 @@ final class ProxiedConnection {
     private var clientOpen = true
     private var upstreamOpen = false
     private var finished = false
-    /// What each side sent in the current read batch, relayed and not yet inspected: inspecting after the
-    /// batch's flush keeps the decoding and the log off the relayed bytes' way (a sequential round trip
-    /// through the decoding proxy waited for both before).
     /// Whether the upstream sent anything: counted as it is relayed, since a read error can end a batch
     /// before it is inspected (NIO then skips channelReadComplete).
     private var upstreamAnswered = false
+    /// What each side sent in the current read batch, relayed and not yet inspected: inspecting after the
+    /// batch's flush keeps the decoding and the log off the relayed bytes' way (a sequential round trip
+    /// through the decoding proxy waited for both before).
     private var uninspectedFromClient: [ByteBuffer] = []
     private var uninspectedFromServer: [ByteBuffer] = []
 
@@ -96,18 +96,17 @@ final class ProxiedConnection {
         self.inspectRelayed(from: side)
     }
 
-    /// Hands the inspector what `side` sent since the last time, in order.
+    /// Hands the inspector what `side` sent since the last time, in order. The list is taken first: the
+    /// observer the inspector reports to is not ours.
     private func inspectRelayed(from side: RelayHandler.Side) {
         switch side {
         case .client:
-            guard !self.uninspectedFromClient.isEmpty else { return }
             let chunks = self.uninspectedFromClient
-            self.uninspectedFromClient.removeAll(keepingCapacity: true)
+            self.uninspectedFromClient = []
             for chunk in chunks { self.inspector.clientBytes(chunk) }
         case .upstream:
-            guard !self.uninspectedFromServer.isEmpty else { return }
             let chunks = self.uninspectedFromServer
-            self.uninspectedFromServer.removeAll(keepingCapacity: true)
+            self.uninspectedFromServer = []
             for chunk in chunks { self.inspector.serverBytes(chunk) }
         }
     }

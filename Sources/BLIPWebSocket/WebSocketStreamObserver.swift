@@ -63,7 +63,7 @@ struct WebSocketStreamObserver {
             if lacking > 0, let piece = input.readSlice(length: min(lacking, input.readableBytes)) {
                 pending.writeImmutableBuffer(piece)
             }
-            guard let frame = try Self.nextFrame(&pending, maximumPayload: self.maximumMessageSize) else {
+            guard let frame = Self.frame(header, from: &pending) else {
                 self.pending = pending  // all of the input went into it
                 return
             }
@@ -76,7 +76,7 @@ struct WebSocketStreamObserver {
                 self.skipPayload(of: &input)
                 continue
             }
-            guard let frame = try Self.nextFrame(&input, maximumPayload: self.maximumMessageSize) else { break }
+            guard let frame = Self.frame(header, from: &input) else { break }
             try self.deliver(frame, report)
         }
         if input.readableBytes > 0 { self.pending = input }
@@ -182,11 +182,10 @@ struct WebSocketStreamObserver {
         )
     }
 
-    /// The next whole frame, unmasked, or nil (with `buffer` untouched) when it has not all arrived.
-    private static func nextFrame(_ buffer: inout ByteBuffer, maximumPayload: Int) throws(Failure) -> Frame? {
-        guard let header = try Self.header(of: buffer, maximumPayload: maximumPayload),
-            buffer.readableBytes >= header.frameSize
-        else { return nil }
+    /// The frame `header` starts at the front of `buffer`, unmasked, or nil (with `buffer` untouched) when it
+    /// has not all arrived.
+    private static func frame(_ header: Header, from buffer: inout ByteBuffer) -> Frame? {
+        guard buffer.readableBytes >= header.frameSize else { return nil }
         buffer.moveReaderIndex(forwardBy: header.headerLength)
         var payload = buffer.readSlice(length: header.payloadLength)!
         // A copy of our own: the relayed bytes may still be waiting in the other channel's outbound queue.

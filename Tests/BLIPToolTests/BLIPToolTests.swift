@@ -150,14 +150,7 @@ struct AutobahnClientArgumentTests {
 struct DecodeTests {
     @Test("blip proxy's lines: named properties redacted, JSON fields those of blip decode --json")
     func proxyLogFormat() throws {
-        let path = fixtures.appendingPathComponent("go-blip/01-request-with-properties/f000-c2s-MSG1.bin").path
-        let frame = ByteBuffer(bytes: try Data(contentsOf: URL(fileURLWithPath: path)))
-        let message = try #require(try BLIPTrafficDecoder(dialect: .blip3).decode(frame).message)
-        let event = BLIPInspectingProxy.Event(
-            connection: 7,
-            time: Date(timeIntervalSince1970: 1_790_000_000.25),
-            kind: .message(.clientToServer, message, duration: .microseconds(1_500))
-        )
+        let (frame, _, event) = try fixtureMessageEvent(connection: 7)
         let text = try #require(
             ProxyLogFormat(json: false, verbose: false, redactedProperties: ["X-Test"]).line(for: event)
         )

@@ -53,14 +53,7 @@ struct ProxyLogLineTests {
 
     @Test("a message's text and JSON lines, exactly; a left-out event writes nothing")
     func exactLines() throws {
-        let path = fixtures.appendingPathComponent("go-blip/01-request-with-properties/f000-c2s-MSG1.bin").path
-        let frame = ByteBuffer(bytes: try Data(contentsOf: URL(fileURLWithPath: path)))
-        let message = try #require(try BLIPTrafficDecoder(dialect: .blip3).decode(frame).message)
-        let event = BLIPInspectingProxy.Event(
-            connection: 12,
-            time: Date(timeIntervalSince1970: 1_790_000_000.25),
-            kind: .message(.clientToServer, message, duration: .microseconds(1_500))
-        )
+        let (_, message, event) = try fixtureMessageEvent(connection: 12)
         let properties = message.properties.map { "\($0.name): \($0.value)" }.joined(separator: ", ")
         let text = ProxyLogFormat(json: false, verbose: false, redactedProperties: []).line(for: event)
         #expect(
@@ -158,4 +151,20 @@ struct ProxyLogLineTests {
         #expect(line?.contains(#""number":9223372036854775808,"#) == true)
         #expect(TrafficFormat.header(header, dialect: .blip3)["number"] as? UInt64 == .max)
     }
+}
+
+/// go-blip's first captured request (three properties, "Hello, BLIP!"), decoded, as the proxy would report
+/// it on connection `connection` at a fixed time, 1.5 ms after its first frame.
+func fixtureMessageEvent(connection: Int) throws -> (
+    frame: ByteBuffer, message: BLIPTrafficDecoder.Message, event: BLIPInspectingProxy.Event
+) {
+    let path = fixtures.appendingPathComponent("go-blip/01-request-with-properties/f000-c2s-MSG1.bin").path
+    let frame = ByteBuffer(bytes: try Data(contentsOf: URL(fileURLWithPath: path)))
+    let message = try #require(try BLIPTrafficDecoder(dialect: .blip3).decode(frame).message)
+    let event = BLIPInspectingProxy.Event(
+        connection: connection,
+        time: Date(timeIntervalSince1970: 1_790_000_000.25),
+        kind: .message(.clientToServer, message, duration: .microseconds(1_500))
+    )
+    return (frame, message, event)
 }
