@@ -5,13 +5,16 @@ internal import NIOCore
 /// A fixed 128 000-byte window caps one message at window / round trip (1.8 MiB/s over a 50 ms round
 /// trip). The adaptive window starts there and is steered by the measured round trip (a frame's send to
 /// the ACK covering it), like a delay-based TCP congestion control:
-/// - while the round trip stays near its minimum, the link is not queueing: the window grows by the bytes
-///   each ACK acknowledges (doubling per round trip, as in slow start) when the window held the message
-///   back;
-/// - once the round trip shows queueing, the window shrinks, at most once per round trip, in proportion
-///   to the excess (to acceptable / measured round trip, halving at most), down to its initial size.
-///   Bytes queued in socket buffers delay everything behind them, urgent messages included, so a window
-///   larger than the link needs costs latency and buys no throughput.
+/// - while the round trip stays within 1.5 x its minimum + 100 µs, the link is not queueing: the window
+///   grows by the bytes each ACK acknowledges (doubling per round trip, as in slow start) when the window
+///   held the message back;
+/// - once the round trip passes 1.5 x its minimum + 500 µs, the link is queueing: the window shrinks, at
+///   most once per round trip, in proportion to the excess (to acceptable / measured round trip, halving
+///   at most), down to its initial size.
+///
+/// Bytes queued in socket buffers delay everything behind them, urgent messages included: an urgent
+/// request waits for the bulk bytes already in flight, so the queueing the window tolerates is latency it
+/// adds (the urgent workload in Docs/Benchmarks.md measures it).
 struct SendWindowEstimator {
     private let isAdaptive: Bool
     private let initial: Int
@@ -26,10 +29,10 @@ struct SendWindowEstimator {
     /// No shrinking before this: ACKs within one round trip of a decrease still reflect the old window.
     private var nextDecrease: NIODeadline = .distantPast
 
-    /// Round trips up to 2 x minimum + this count as uncongested (absorbs scheduling noise on loopback).
-    static let growthSlack = TimeAmount.microseconds(250)
-    /// Round trips above 2 x minimum + this count as queueing.
-    static let shrinkSlack = TimeAmount.milliseconds(1)
+    /// Round trips up to 1.5 x minimum + this count as uncongested (absorbs scheduling noise on loopback).
+    static let growthSlack = TimeAmount.microseconds(100)
+    /// Round trips above 1.5 x minimum + this count as queueing.
+    static let shrinkSlack = TimeAmount.microseconds(500)
 
     init(_ window: BLIPEngineConfiguration.SendWindow) {
         switch window {
@@ -54,10 +57,11 @@ struct SendWindowEstimator {
             self.minimumRoundTrip = min(self.minimumRoundTrip ?? roundTrip, roundTrip)
         }
         guard self.isAdaptive, bytes > 0, let roundTrip, let minimum = self.minimumRoundTrip else { return }
-        let acceptable = 2 * minimum.nanoseconds + Self.growthSlack.nanoseconds
+        let base = minimum.nanoseconds + minimum.nanoseconds / 2
+        let acceptable = base + Self.growthSlack.nanoseconds
         if roundTrip.nanoseconds <= acceptable {
             if wasWindowLimited { self.size = min(self.maximum, self.size + bytes) }
-        } else if roundTrip.nanoseconds > 2 * minimum.nanoseconds + Self.shrinkSlack.nanoseconds,
+        } else if roundTrip.nanoseconds > base + Self.shrinkSlack.nanoseconds,
             now >= self.nextDecrease
         {
             let factor = max(0.5, Double(acceptable) / Double(roundTrip.nanoseconds))
