@@ -9,10 +9,17 @@ public struct BLIPRunningChecksum: Hashable, Sendable {
 
     public init() {}
 
+    /// Runs shorter than this go to ``SlicedCRC32``, longer ones to zlib (faster there).
+    static let zlibThreshold = 256
+
     /// Extends the checksum over `bytes`.
     public mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
-        self.value = UInt32(crc32_z(UInt(self.value), base.assumingMemoryBound(to: Bytef.self), bytes.count))
+        if bytes.count < Self.zlibThreshold {
+            self.value = SlicedCRC32.update(self.value, bytes)
+        } else {
+            self.value = UInt32(crc32_z(UInt(self.value), base.assumingMemoryBound(to: Bytef.self), bytes.count))
+        }
     }
 
     /// Extends the checksum over the readable bytes of `buffer`.
