@@ -69,13 +69,16 @@ extension BLIPConnection {
             }
             defer { group.cancelAll() }
             // The first child to end decides; cancelling the other ends it soon (the send by its own rules).
-            guard let result = try await group.next()! else {
-                throw BLIPConnectionError(
-                    .timedOut,
-                    "no reply to \(request.profile.map { "'\($0)'" } ?? "the request") within \(timeout)"
-                )
-            }
+            guard let result = try await group.next()! else { throw Self.timedOut(request, after: timeout) }
             return result
         }
+    }
+
+    /// What a request whose time ran out fails with.
+    static func timedOut(_ request: BLIPRequest, after timeout: Duration) -> BLIPConnectionError {
+        BLIPConnectionError(
+            .timedOut,
+            "no reply to \(request.profile.map { "'\($0)'" } ?? "the request") within \(timeout)"
+        )
     }
 }

@@ -159,6 +159,32 @@ struct BenchRunner {
         let request = BLIPRequest(profile: "echo", body: BenchmarkData.pattern(size))
         let progress = self.progress
         let onLoop = self.options.onEventLoop
+        if self.options.callbacks {
+            let (elapsed, latencies, wire) = try await self.connect { connection in
+                for _ in 0..<warmUp { _ = try await connection.sendRequest(request) }
+                let before = connection.statistics
+                let started = ContinuousClock.now
+                let latencies = try await BenchReplyCallbacks.measure(
+                    request,
+                    on: connection,
+                    count: count,
+                    concurrency: concurrency
+                )
+                let elapsed = ContinuousClock.now - started
+                let after = connection.statistics
+                return (
+                    elapsed, latencies.sorted(),
+                    after.bytesSent + after.bytesReceived - before.bytesSent - before.bytesReceived
+                )
+            }
+            return .roundTrips(
+                "\(name)-callbacks",
+                concurrency: concurrency,
+                elapsed: elapsed,
+                sortedLatencies: latencies,
+                wireBytes: wire
+            )
+        }
         let (elapsed, latencies, wire) = try await self.connect { connection in
             // With --on-event-loop the callers' tasks run on the connection's event loop.
             try await withTaskExecutorPreference(onLoop ? connection.taskExecutor : nil) {

@@ -17,6 +17,8 @@ import Testing
 struct ExactlyOnceTableTests {
     enum API: String, CaseIterable, Sendable {
         case plain, streamedBody, streamedReply, noReply
+        /// `sendRequest(_:timeout:progress:onReply:)`; its task's cancellation cancels the returned handle.
+        case callback
     }
 
     enum Ending: String, CaseIterable, Sendable {
@@ -126,6 +128,7 @@ struct ExactlyOnceTableTests {
         let peer = ScriptedPeer(transport: transport)
         let gate = Gate()
         let progress = ProgressLog()
+        let replyCalls = NIOLockedValueBox(0)
         var request = BLIPRequest(profile: "table", body: ByteBuffer(repeating: 0x61, count: 1_000))
         if cell.ending == .encodingFailure { request.properties["Bad"] = "a\u{0}b" }
 
@@ -152,6 +155,14 @@ struct ExactlyOnceTableTests {
                     _ = try await reply.body.collect(upTo: 1 << 20)
                 case .noReply:
                     try await connection.sendNoReply(request, timeout: timeout, progress: progress.record)
+                case .callback:
+                    _ = try await Self.sendWithCallback(
+                        request,
+                        on: connection,
+                        timeout: timeout,
+                        progress: progress,
+                        calls: replyCalls
+                    )
                 }
                 return nil
             } catch let error as BLIPConnectionError {
@@ -195,7 +206,44 @@ struct ExactlyOnceTableTests {
             _ = await self.exchange(peer) { _ in false }
         }
         #expect(connection.core.pendingBookkeeping == 0, "\(connection.stateDescription)")
+        if cell.api == .callback {
+            #expect(replyCalls.withLockedValue { $0 } == 1, "onReply called \(replyCalls.withLockedValue { $0 }) times")
+        }
         await connection.close()
+    }
+
+    /// The callback API, awaited: the first call of `onReply` ends the wait, and every call is counted (a
+    /// second one is a failure of the promise). Cancelling the waiting task cancels the request's handle.
+    private static func sendWithCallback(
+        _ request: BLIPRequest,
+        on connection: BLIPConnection,
+        timeout: Duration?,
+        progress: ProgressLog,
+        calls: NIOLockedValueBox<Int>
+    ) async throws -> BLIPResponse {
+        let handle = NIOLockedValueBox<(pending: BLIPPendingReply?, cancelled: Bool)>((nil, false))
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<BLIPResponse, any Error>) in
+                let pending = connection.sendRequest(request, timeout: timeout, progress: progress.record) { result in
+                    let first = calls.withLockedValue { count in
+                        count += 1
+                        return count == 1
+                    }
+                    if first { continuation.resume(with: result) }
+                }
+                let cancelled = handle.withLockedValue { state in
+                    state.pending = pending
+                    return state.cancelled
+                }
+                if cancelled { pending.cancel() }
+            }
+        } onCancel: {
+            let pending = handle.withLockedValue { state in
+                state.cancelled = true
+                return state.pending
+            }
+            pending?.cancel()
+        }
     }
 
     /// Makes the ending happen.

@@ -452,6 +452,9 @@ struct BenchWorkloadTests {
         #expect(rt.count == 10 && (rt.messagesPerSecond ?? 0) > 0 && rt.p50 != nil)
         let pipelined = try await runner.roundTrips(count: 64, concurrency: 16, warmUp: 2, size: 100, name: "p")
         #expect(pipelined.concurrency == 16 && (pipelined.messagesPerSecond ?? 0) > 0)
+        let callbacks = BenchRunner(url: url, options: try BenchCommand.parse([url, "--no-warm-up", "--callbacks"]))
+        let driven = try await callbacks.roundTrips(count: 64, concurrency: 16, warmUp: 2, size: 100, name: "p")
+        #expect(driven.workload == "p-callbacks" && driven.count == 64 && (driven.messagesPerSecond ?? 0) > 0)
         for direction in [BenchCommand.Direction.up, .down] {
             let bulk = try await runner.bulk(size: 1 << 20, data: .text, compressed: true, direction: direction)
             // Compressed JSON lines take well under half their size on the wire.

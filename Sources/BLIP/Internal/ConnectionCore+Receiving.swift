@@ -431,19 +431,13 @@ extension ConnectionCore {
             Self.fail(waiter, BLIPError(errorReplyProperties: message.properties, body: body), effects: &effects)
             return
         }
-        switch waiter {
-        case .whole(let continuation):
-            let response = BLIPResponse(
-                properties: message.properties,
-                body: body,
-                compressed: message.flags.contains(.compressed)
-            )
-            if !effects.deliver(response, to: continuation) {
-                effects.later { continuation.resume(returning: response) }
-            }
-        case .streamed(let continuation):
-            // Unreachable: a normal reply to a streaming request is streamed from its start.
-            effects.later { continuation.resume(throwing: BLIPConnectionError(.invalidMessage, "unexpected reply")) }
+        let response = BLIPResponse(
+            properties: message.properties,
+            body: body,
+            compressed: message.flags.contains(.compressed)
+        )
+        if !effects.deliver(response, to: waiter) {
+            effects.later { Self.succeed(waiter, response) }
         }
     }
 }

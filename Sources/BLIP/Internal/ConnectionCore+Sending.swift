@@ -136,7 +136,7 @@ extension ConnectionCore {
         }
     }
 
-    private func outgoing(
+    func outgoing(
         _ request: BLIPRequest,
         body: BLIPOutgoingMessage.Body,
         streamsReply: Bool = false,
@@ -234,24 +234,25 @@ extension ConnectionCore {
     }
 
     /// The caller of a request gave up: the engine drops it if it has not started, else finishes it and
-    /// drops the reply. The caller gets `CancellationError` at once.
-    func cancel(token: UInt64) {
+    /// drops the reply. The caller gets `error` (`CancellationError`, or the timeout's) at once.
+    /// `mayComeBeforeQueueing`: a token not found is one whose request is not queued yet (an async call
+    /// cancelled early), so it is kept to refuse the request; else it is one whose reply has begun, or that
+    /// has ended, and nothing is left to do.
+    func cancel(token: UInt64, with error: any Error = CancellationError(), mayComeBeforeQueueing: Bool = true) {
         var effects = Effects()
         self.state.withLockedValue { state in
             guard let id = state.tokens.removeValue(forKey: token) else {
-                state.cancelledTokens.insert(token)  // not queued yet: refuse it when it is
+                if mayComeBeforeQueueing { state.cancelledTokens.insert(token) }  // refuse it when it is queued
                 return
             }
             state.tokenOfMessage.removeValue(forKey: id)
             self.progressFailed(request: id, &state, effects: &effects)
-            if let waiter = state.replyWaiters.removeValue(forKey: id) {
-                Self.fail(waiter, CancellationError(), effects: &effects)
-            }
+            if let waiter = state.replyWaiters.removeValue(forKey: id) { Self.fail(waiter, error, effects: &effects) }
             if let waiter = state.sendWaiters.removeValue(forKey: id) {
-                effects.later { waiter.resume(throwing: CancellationError()) }
+                effects.later { waiter.resume(throwing: error) }
             }
             if let waiter = state.demandWaiters.removeValue(forKey: id) {
-                effects.later { waiter.resume(throwing: CancellationError()) }
+                effects.later { waiter.resume(throwing: error) }
             }
             self.abandonOutgoing(id, &state, effects: &effects)
         }

@@ -66,6 +66,8 @@ final class ConnectionCore: Sendable {
     enum ReplyWaiter {
         case whole(CheckedContinuation<BLIPResponse, any Error>)
         case streamed(CheckedContinuation<BLIPStreamedResponse, any Error>)
+        /// A caller that asked to be called back (``BLIPConnection/sendRequest(_:onReply:)``).
+        case callback(BLIPReplyHandler)
     }
 
     /// A message read whole, between its first and last frame.
@@ -167,19 +169,17 @@ final class ConnectionCore: Sendable {
         var deferred: [@Sendable () -> Void] = []
         /// A whole reply for its caller: resumed after `deferred`. Held apart from it because it is the
         /// common case (one per request), and a closure in an array costs two allocations.
-        private(set) var reply: (CheckedContinuation<BLIPResponse, any Error>, BLIPResponse)?
+        private(set) var reply: (ReplyWaiter, BLIPResponse)?
         /// `reply != nil`, without copying the reply to find out (`perform` asks for every frame).
         private(set) var hasReply = false
         /// Let go of after the lock: their `deinit` may call back into the connection.
         var released: [any Sendable] = []
         var counts = Counts()
 
-        /// Sets ``reply``, unless one is set already.
-        mutating func deliver(_ response: BLIPResponse, to continuation: CheckedContinuation<BLIPResponse, any Error>)
-            -> Bool
-        {
+        /// Sets ``reply`` (for a `.whole` or `.callback` waiter), unless one is set already.
+        mutating func deliver(_ response: BLIPResponse, to waiter: ReplyWaiter) -> Bool {
             guard !self.hasReply else { return false }
-            self.reply = (continuation, response)
+            self.reply = (waiter, response)
             self.hasReply = true
             return true
         }
@@ -231,9 +231,7 @@ final class ConnectionCore: Sendable {
     func perform(_ effects: Effects) {
         if let work = effects.work { self.workContinuation.yield(.handlers(startingWith: work)) }
         for action in effects.deferred { action() }
-        if effects.hasReply, let (continuation, response) = effects.reply {
-            continuation.resume(returning: response)
-        }
+        if effects.hasReply, let (waiter, response) = effects.reply { Self.succeed(waiter, response) }
         self.count(effects.counts)
         if effects.pauseReading || effects.resumeReading { self.applyReadingToTransport() }
         if let reason = effects.closeTransport {
@@ -451,6 +449,18 @@ final class ConnectionCore: Sendable {
         switch waiter {
         case .whole(let continuation): effects.later { continuation.resume(throwing: error) }
         case .streamed(let continuation): effects.later { continuation.resume(throwing: error) }
+        case .callback(let handler): effects.later { handler(.failure(error)) }
+        }
+    }
+
+    /// Hands a whole reply to its caller (after the lock).
+    static func succeed(_ waiter: ReplyWaiter, _ response: BLIPResponse) {
+        switch waiter {
+        case .whole(let continuation): continuation.resume(returning: response)
+        case .callback(let handler): handler(.success(response))
+        case .streamed(let continuation):
+            // Unreachable: a normal reply to a streaming request is streamed from its start.
+            continuation.resume(throwing: BLIPConnectionError(.invalidMessage, "unexpected reply"))
         }
     }
 

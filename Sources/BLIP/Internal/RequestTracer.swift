@@ -39,24 +39,46 @@ struct RequestTracer: Sendable {
         sentBytes: ByteCounter? = nil,
         _ send: (BLIPRequest) async throws -> Reply
     ) async throws -> Reply {
+        let (span, request) = self.startSending(request, facts: facts)
+        do {
+            let reply = try await send(request)
+            Self.endSending(span, facts: facts, result: .success(reply), replySize: replySize, sentBytes: sentBytes)
+            return reply
+        } catch {
+            Self.endSending(span, facts: facts, result: .failure(error), replySize: replySize, sentBytes: sentBytes)
+            throw error
+        }
+    }
+
+    /// Starts a request's client span; returns it, and the request with the span's trace context added when
+    /// it is propagated.
+    func startSending(_ request: BLIPRequest, facts: RequestFacts) -> (any Span, BLIPRequest) {
         let span = self.tracer.startSpan(Self.name(of: facts.properties), ofKind: .client)
-        defer { span.end() }
         Self.describe(facts, on: span)
         var request = request
         if self.propagatesTraceContext {
             self.tracer.inject(span.context, into: &request.properties, using: PropertiesInjector())
         }
-        do {
-            let reply = try await send(request)
-            guard span.isRecording else { return reply }
-            if let sentBytes { span.attributes["blip.request.size"] = sentBytes.total }
+        return (span, request)
+    }
+
+    /// Ends a sent request's span with its outcome.
+    static func endSending<Reply>(
+        _ span: any Span,
+        facts: RequestFacts,
+        result: Result<Reply, any Error>,
+        replySize: ((Reply) -> Int?)? = nil,
+        sentBytes: ByteCounter? = nil
+    ) {
+        defer { span.end() }
+        guard span.isRecording else { return }
+        if let sentBytes { span.attributes["blip.request.size"] = sentBytes.total }
+        switch result {
+        case .success(let reply):
             span.attributes["blip.outcome"] = facts.expectsReply ? "reply" : "sent"
             if let size = replySize?(reply) { span.attributes["blip.reply.size"] = size }
-            return reply
-        } catch {
-            if let sentBytes { span.attributes["blip.request.size"] = sentBytes.total }
+        case .failure(let error):
             Self.record(error, on: span)
-            throw error
         }
     }
 

@@ -1,0 +1,78 @@
+/// Called once with a request's reply, or with why there is none (see
+/// ``BLIPConnection/sendRequest(_:timeout:progress:onReply:)``).
+public typealias BLIPReplyHandler = @Sendable (Result<BLIPResponse, any Error>) -> Void
+
+extension BLIPConnection {
+    /// Sends a request and calls `onReply` once with what ``sendRequest(_:timeout:progress:)`` would
+    /// return or throw: the reply, a ``BLIPError`` for an ERR reply, a ``BLIPConnectionError`` when the
+    /// connection failed or closed first or the time ran out, or `CancellationError` after
+    /// ``BLIPPendingReply/cancel()``.
+    ///
+    /// For callers that keep many requests in flight from where their replies arrive: no task waits and
+    /// none is resumed. `onReply` runs on the thread that read the reply (a WebSocket connection's event
+    /// loop), outside the connection's lock. It may send more requests; it must not block or compute for
+    /// long, since the connection reads nothing meanwhile. A request that cannot be queued (the connection
+    /// has closed) calls it before this returns.
+    ///
+    /// - Parameter request: The request; its `Profile` property says what it is for.
+    /// - Parameter timeout: How long to wait for the reply (nil: ``Configuration/requestTimeout``). Past
+    ///   it the request is given up as by ``BLIPPendingReply/cancel()``, and `onReply` gets
+    ///   ``BLIPConnectionError/Code/timedOut``. Only a request with a timeout pays for a timer (a task).
+    /// - Parameter progress: Told where the request is as it goes, up to a final report
+    ///   (``BLIPMessageProgress``).
+    /// - Parameter onReply: Called once with the outcome.
+    /// - Returns: What cancels the request.
+    @discardableResult
+    public func sendRequest(
+        _ request: BLIPRequest,
+        timeout: Duration? = nil,
+        progress: BLIPProgressHandler? = nil,
+        onReply: @escaping BLIPReplyHandler
+    ) -> BLIPPendingReply {
+        let core = self.core
+        var request = request
+        var handler = onReply
+        if let tracer = core.requestTracer {
+            let facts = RequestTracer.RequestFacts.sent(request)
+            let (span, traced) = tracer.startSending(request, facts: facts)
+            request = traced
+            handler = { result in
+                RequestTracer.endSending(span, facts: facts, result: result, replySize: \.tracedSize)
+                onReply(result)
+            }
+        }
+        let timeout = timeout ?? core.configuration.requestTimeout
+        let timer = timeout.map { _ in ReplyTimer() }
+        if let timer {
+            let untimed = handler
+            handler = { result in
+                timer.ended()
+                untimed(result)
+            }
+        }
+        let token = core.sendRequest(
+            request,
+            progress: progress.map { ProgressReporter(expectsReply: true, $0) },
+            onReply: handler
+        )
+        if let timer, let timeout {
+            let error = Self.timedOut(request, after: timeout)
+            timer.start(timeout) { core.cancel(token: token, with: error, mayComeBeforeQueueing: false) }
+        }
+        return BLIPPendingReply(core: core, token: token)
+    }
+}
+
+/// A request sent with ``BLIPConnection/sendRequest(_:timeout:progress:onReply:)``, to cancel it.
+public struct BLIPPendingReply: Sendable {
+    let core: ConnectionCore
+    let token: UInt64
+
+    /// Gives the reply up, as cancelling the task of ``BLIPConnection/sendRequest(_:timeout:progress:)``
+    /// does: a request not yet started is never sent, one already started is sent whole (BLIP cannot abort
+    /// a message) and its reply is dropped; `onReply` gets `CancellationError` at once. Does nothing once
+    /// the reply has begun to arrive or the request has ended.
+    public func cancel() {
+        self.core.cancel(token: self.token, mayComeBeforeQueueing: false)
+    }
+}
