@@ -1,3 +1,5 @@
+internal import BLIPEngine
+
 /// Called once with a request's reply, or with why there is none (see
 /// ``BLIPConnection/sendRequest(_:timeout:progress:onReply:)``).
 public typealias BLIPReplyHandler = @Sendable (Result<BLIPResponse, any Error>) -> Void
@@ -11,13 +13,16 @@ extension BLIPConnection {
     /// For callers that keep many requests in flight from where their replies arrive: no task waits and
     /// none is resumed. `onReply` runs on the thread that read the reply (a WebSocket connection's event
     /// loop), outside the connection's lock. It may send more requests; it must not block or compute for
-    /// long, since the connection reads nothing meanwhile. A request that cannot be queued (the connection
-    /// has closed) calls it before this returns.
+    /// long, since the connection reads nothing meanwhile. It runs before this returns when the request
+    /// cannot be queued (the connection has closed), and before ``BLIPPendingReply/cancel()`` returns when
+    /// that ends the request: a caller holding a lock of its own around either must not take it in
+    /// `onReply`.
     ///
     /// - Parameter request: The request; its `Profile` property says what it is for.
     /// - Parameter timeout: How long to wait for the reply (nil: ``Configuration/requestTimeout``). Past
     ///   it the request is given up as by ``BLIPPendingReply/cancel()``, and `onReply` gets
-    ///   ``BLIPConnectionError/Code/timedOut``. Only a request with a timeout pays for a timer (a task).
+    ///   ``BLIPConnectionError/Code/timedOut``; a reply that has begun to arrive by then is delivered as it
+    ///   completes (or fails). Only a request with a timeout pays for a timer (a task).
     /// - Parameter progress: Told where the request is as it goes, up to a final report
     ///   (``BLIPMessageProgress``).
     /// - Parameter onReply: Called once with the outcome.
@@ -50,29 +55,31 @@ extension BLIPConnection {
                 untimed(result)
             }
         }
-        let token = core.sendRequest(
+        let id = core.sendRequest(
             request,
             progress: progress.map { ProgressReporter(expectsReply: true, $0) },
             onReply: handler
         )
-        if let timer, let timeout {
+        if let id, let timer, let timeout {
             let error = Self.timedOut(request, after: timeout)
-            timer.start(timeout) { core.cancel(token: token, with: error, mayComeBeforeQueueing: false) }
+            timer.start(timeout) { core.cancelReply(to: id, with: error) }
         }
-        return BLIPPendingReply(core: core, token: token)
+        return BLIPPendingReply(core: core, id: id)
     }
 }
 
 /// A request sent with ``BLIPConnection/sendRequest(_:timeout:progress:onReply:)``, to cancel it.
 public struct BLIPPendingReply: Sendable {
     let core: ConnectionCore
-    let token: UInt64
+    /// Nil for a request that failed as it was sent.
+    let id: BLIPOutgoingID?
 
     /// Gives the reply up, as cancelling the task of ``BLIPConnection/sendRequest(_:timeout:progress:)``
     /// does: a request not yet started is never sent, one already started is sent whole (BLIP cannot abort
     /// a message) and its reply is dropped; `onReply` gets `CancellationError` at once. Does nothing once
     /// the reply has begun to arrive or the request has ended.
     public func cancel() {
-        self.core.cancel(token: self.token, mayComeBeforeQueueing: false)
+        guard let id = self.id else { return }
+        self.core.cancelReply(to: id, with: CancellationError())
     }
 }

@@ -64,7 +64,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Also run the raw WebSocket shapes and print ratios to them.") var baseline = false
     @Flag(help: "rt and pipelined: the callers' tasks prefer the connection's event loop as their executor.")
     var onEventLoop = false
-    @Flag(help: "rt and pipelined: each reply's callback sends the next request (sendRequest(_:onReply:)).")
+    @Flag(help: "rt and pipelined: each reply's callback sends the next request (sendRequest(…onReply:)).")
     var callbacks = false
     @Flag(help: "One JSON object per line per workload.") var json = false
     @Option(name: .customLong("subprotocol"), help: "Subprotocol to offer (repeatable).") var subprotocols: [String] =

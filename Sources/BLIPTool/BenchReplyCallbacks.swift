@@ -1,7 +1,7 @@
 internal import BLIP
 internal import Synchronization
 
-/// Keeps requests in flight with ``BLIPConnection/sendRequest(_:onReply:)``: each reply's callback sends
+/// Keeps requests in flight with `BLIPConnection.sendRequest(_:timeout:progress:onReply:)`: each reply's callback sends
 /// the next request, where the reply was read (no task, no continuation per request), as the
 /// handler-style raw baseline does with raw messages.
 final class BenchReplyCallbacks: Sendable {
@@ -32,13 +32,14 @@ final class BenchReplyCallbacks: Sendable {
         count: Int,
         concurrency: Int
     ) async throws -> [Duration] {
+        guard count > 0 else { return [] }
         let driver = BenchReplyCallbacks(connection: connection, request: request, count: count)
         return try await withCheckedThrowingContinuation { continuation in
             driver.state.withLock {
                 $0.waiter = continuation
                 $0.latencies.reserveCapacity(count)
             }
-            for _ in 0..<min(concurrency, count) { driver.sendNext() }
+            for _ in 0..<min(max(1, concurrency), count) { driver.sendNext() }
         }
     }
 

@@ -24,6 +24,9 @@ struct ExactlyOnceTableTests {
     enum Ending: String, CaseIterable, Sendable {
         case reply, smallError, largeError, cancel, peerClose, transportFailure, fatalFrame, localClose
         case encodingFailure, bodyFailure, timeout
+        /// A reply over the caller's `maximumIncomingMessageSize` in its first frame: it fails before its
+        /// head reaches the connection.
+        case oversizedReply
 
         /// What the caller sees: nil for success.
         func expected(for api: API) -> String? {
@@ -37,12 +40,14 @@ struct ExactlyOnceTableTests {
             case .encodingFailure: "invalidMessage"
             case .bodyFailure: "BodyFailure"
             case .timeout: "timedOut"
+            case .oversizedReply: "messageTooLarge"
             }
         }
 
         func applies(to api: API) -> Bool {
             switch self {
             case .bodyFailure: api == .streamedBody
+            case .oversizedReply: api == .plain || api == .callback
             case .smallError, .largeError: api != .noReply
             default: true
             }
@@ -124,7 +129,9 @@ struct ExactlyOnceTableTests {
     @Test("the call ends once, as the ending says, and leaves nothing behind", arguments: cells)
     func cell(_ cell: Cell) async throws {
         let transport = ManualTransport()
-        let connection = BLIPConnection(transport: transport)
+        var configuration = BLIPConnection.Configuration()
+        if cell.ending == .oversizedReply { configuration.maximumIncomingMessageSize = 10_000 }
+        let connection = BLIPConnection(transport: transport, configuration: configuration)
         let peer = ScriptedPeer(transport: transport)
         let gate = Gate()
         let progress = ProgressLog()
@@ -206,10 +213,10 @@ struct ExactlyOnceTableTests {
             _ = await self.exchange(peer) { _ in false }
         }
         #expect(connection.core.pendingBookkeeping == 0, "\(connection.stateDescription)")
+        await connection.close()
         if cell.api == .callback {
             #expect(replyCalls.withLockedValue { $0 } == 1, "onReply called \(replyCalls.withLockedValue { $0 }) times")
         }
-        await connection.close()
     }
 
     /// The callback API, awaited: the first call of `onReply` ends the wait, and every call is counted (a
@@ -275,6 +282,14 @@ struct ExactlyOnceTableTests {
                     body: .buffer(pattern(size))
                 )
             _ = try peer.engine.enqueue(message)
+        case .oversizedReply:
+            let number = try #require(peer.firstRequestNumber)
+            let reply = BLIPOutgoingMessage(
+                .response(toRequest: number),
+                properties: [:],
+                body: .buffer(pattern(12_000))
+            )
+            _ = try peer.engine.enqueue(reply)
         case .cancel: call.cancel()
         case .peerClose: transport.peerClosed()
         case .transportFailure: transport.fail(BLIPConnectionError(.transportFailed, "reset"))

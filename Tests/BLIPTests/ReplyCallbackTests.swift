@@ -138,6 +138,51 @@ struct ReplyCallbackTests {
         #expect(connection.core.pendingBookkeeping == 0)
     }
 
+    @Test("a reply timer fires once when nothing ends it, and never once the request has ended")
+    func replyTimer() async throws {
+        let fired = NIOLockedValueBox(0)
+        let unended = ReplyTimer()
+        unended.start(.milliseconds(20)) { fired.withLockedValue { $0 += 1 } }
+        let endedAfterStart = ReplyTimer()
+        endedAfterStart.start(.milliseconds(20)) { fired.withLockedValue { $0 += 100 } }
+        endedAfterStart.ended()
+        // A request that failed as it was sent ends before its timer starts.
+        let endedBeforeStart = ReplyTimer()
+        endedBeforeStart.ended()
+        endedBeforeStart.start(.milliseconds(20)) { fired.withLockedValue { $0 += 10_000 } }
+        for _ in 0..<400 where fired.withLockedValue({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(fired.withLockedValue { $0 } == 1)
+    }
+
+    @Test("a callback request that times out fails with timedOut, ends its span so, and leaves nothing")
+    func timedOut() async throws {
+        let tracer = InMemoryTracer()
+        var configuration = BLIPConnection.Configuration()
+        configuration.tracing = .enabled(tracer: tracer, propagatesTraceContext: false)
+        let gate = TracingTests.Gate()
+        let peers = InMemoryPeers(router: TracingTests.router(gate: gate))
+        try await peers.run(clientConfiguration: configuration) { connection in
+            let outcomes = Outcomes()
+            connection.sendRequest(BLIPRequest(profile: "wait"), timeout: .milliseconds(50), onReply: outcomes.record)
+            guard case .failure(let error as BLIPConnectionError) = await outcomes.first() else {
+                Issue.record("expected a connection error")
+                return
+            }
+            #expect(error.code == .timedOut)
+            gate.release()
+            // The handler still answers (BLIP cannot cancel the peer's work); the reply is dropped.
+            for _ in 0..<2_000 where connection.core.pendingBookkeeping > 0 {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(connection.core.pendingBookkeeping == 0)
+            #expect(outcomes.count == 1)
+        }
+        let span = try #require(tracer.finishedSpans.first { $0.operationName == "wait" && $0.kind == .client })
+        #expect(span.attributes["blip.outcome"]?.toSpanAttribute() == .string("timedOut"))
+        #expect(tracer.activeSpans.isEmpty)
+    }
+
     @Test("a traced request sent with a callback gets its client span, ended with the outcome")
     func traced() async throws {
         let tracer = InMemoryTracer()

@@ -60,10 +60,16 @@ extension ConnectionCore {
             case .streamed, nil:
                 break
             }
-            if let request, let waiter = state.replyWaiters.removeValue(forKey: request) {
-                Self.fail(waiter, failure, effects: &effects)
+            if let request {
+                if let waiter = state.replyWaiters.removeValue(forKey: request) {
+                    Self.fail(waiter, failure, effects: &effects)
+                }
+                // A reply that failed in its first frame never started: its caller's token goes here.
+                if let token = state.tokenOfMessage.removeValue(forKey: request) {
+                    state.tokens.removeValue(forKey: token)
+                }
+                self.progressFailed(request: request, &state, effects: &effects)
             }
-            if let request { self.progressFailed(request: request, &state, effects: &effects) }
             self.progressFailed(reply: id, &state, effects: &effects)
             self.failStream(&state, id, failure, effects: &effects)
             self.log(

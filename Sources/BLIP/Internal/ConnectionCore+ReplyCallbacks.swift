@@ -1,34 +1,50 @@
+internal import BLIPEngine
 internal import NIOConcurrencyHelpers
 
 extension ConnectionCore {
-    /// Queues a request whose reply, or failure, goes to `onReply` after the lock; returns the token that
-    /// cancels it. A request that cannot be queued (the connection has closed, its properties cannot be
-    /// encoded) fails before this returns.
+    /// Queues a request whose reply, or failure, goes to `onReply` after the lock; returns its handle, or
+    /// nil when it could not be queued (the connection has closed, its properties cannot be encoded): it
+    /// has failed then, before this returns. No token: the handle exists only once the request is queued,
+    /// so a cancellation never comes before it (``cancelReply(to:with:)``).
     func sendRequest(
         _ request: BLIPRequest,
         progress: ProgressReporter?,
         onReply: @escaping BLIPReplyHandler
-    ) -> UInt64 {
-        let token = self.makeToken()
+    ) -> BLIPOutgoingID? {
         let message = self.outgoing(request, body: .buffer(request.body))
         var effects = Effects()
-        self.state.withLockedValue { state in
+        let id = self.state.withLockedValue { state -> BLIPOutgoingID? in
             guard
                 let id = self.enqueue(
                     message,
-                    token: token,
+                    token: nil,
                     progress: progress,
                     &state,
                     effects: &effects,
                     onError: { onReply(.failure($0)) }
                 )
-            else { return }
+            else { return nil }
             state.replyWaiters[id] = .callback(onReply)
             // Reading may have paused while nothing waited for the peer: now something does.
             if state.readingPaused { self.updateReading(&state, effects: &effects) }
+            return id
         }
         self.perform(effects)
-        return token
+        return id
+    }
+
+    /// A callback's request is given up (cancelled, or its time ran out): as ``cancel(token:)`` does for
+    /// an awaiting caller, with `error`. Nothing happens once its reply has begun to arrive or it has
+    /// ended: its waiter is gone from the table then.
+    func cancelReply(to id: BLIPOutgoingID, with error: any Error) {
+        var effects = Effects()
+        self.state.withLockedValue { state in
+            guard let waiter = state.replyWaiters.removeValue(forKey: id) else { return }
+            self.progressFailed(request: id, &state, effects: &effects)
+            Self.fail(waiter, error, effects: &effects)
+            self.abandonOutgoing(id, &state, effects: &effects)
+        }
+        self.perform(effects)
     }
 }
 

@@ -96,7 +96,7 @@ extension ConnectionCore {
 
     /// Tells the engine one of our messages is abandoned. A streamed body that stopped after its first
     /// frame cannot be finished: the connection closes (1011, our failure, not the peer's).
-    private func abandonOutgoing(_ id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
+    func abandonOutgoing(_ id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
         guard state.closeError == nil else { return }
         do throws(BLIPEngineError) {
             _ = try state.engine.cancel(id)
@@ -234,15 +234,13 @@ extension ConnectionCore {
     }
 
     /// The caller of a request gave up: the engine drops it if it has not started, else finishes it and
-    /// drops the reply. The caller gets `error` (`CancellationError`, or the timeout's) at once.
-    /// `mayComeBeforeQueueing`: a token not found is one whose request is not queued yet (an async call
-    /// cancelled early), so it is kept to refuse the request; else it is one whose reply has begun, or that
-    /// has ended, and nothing is left to do.
-    func cancel(token: UInt64, with error: any Error = CancellationError(), mayComeBeforeQueueing: Bool = true) {
+    /// drops the reply. The caller gets `CancellationError` at once.
+    func cancel(token: UInt64) {
+        let error = CancellationError()
         var effects = Effects()
         self.state.withLockedValue { state in
             guard let id = state.tokens.removeValue(forKey: token) else {
-                if mayComeBeforeQueueing { state.cancelledTokens.insert(token) }  // refuse it when it is queued
+                state.cancelledTokens.insert(token)  // not queued yet: refuse it when it is
                 return
             }
             state.tokenOfMessage.removeValue(forKey: id)

@@ -66,7 +66,7 @@ final class ConnectionCore: Sendable {
     enum ReplyWaiter {
         case whole(CheckedContinuation<BLIPResponse, any Error>)
         case streamed(CheckedContinuation<BLIPStreamedResponse, any Error>)
-        /// A caller that asked to be called back (``BLIPConnection/sendRequest(_:onReply:)``).
+        /// A caller that asked to be called back (`BLIPConnection.sendRequest(_:timeout:progress:onReply:)`).
         case callback(BLIPReplyHandler)
     }
 
