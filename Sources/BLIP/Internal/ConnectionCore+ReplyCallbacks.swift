@@ -14,16 +14,13 @@ extension ConnectionCore {
         let message = self.outgoing(request, body: .buffer(request.body))
         var effects = Effects()
         let id = self.state.withLockedValue { state -> BLIPOutgoingID? in
-            guard
-                let id = self.enqueue(
-                    message,
-                    token: nil,
-                    progress: progress,
-                    &state,
-                    effects: &effects,
-                    onError: { onReply(.failure($0)) }
-                )
-            else { return nil }
+            let id: BLIPOutgoingID
+            switch self.enqueue(message, token: nil, progress: progress, &state, effects: &effects) {
+            case .success(let queued): id = queued
+            case .failure(let error):
+                effects.later { onReply(.failure(error)) }
+                return nil
+            }
             state.replyWaiters[id] = .callback(onReply)
             // Reading may have paused while nothing waited for the peer: now something does.
             if state.readingPaused { self.updateReading(&state, effects: &effects) }

@@ -114,18 +114,13 @@ extension ConnectionCore {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
-                    guard
-                        let id = self.enqueue(
-                            message,
-                            token: token,
-                            progress: progress,
-                            &state,
-                            effects: &effects,
-                            onError: {
-                                continuation.resume(throwing: $0)
-                            }
-                        )
-                    else { return }
+                    let id: BLIPOutgoingID
+                    switch self.enqueue(message, token: token, progress: progress, &state, effects: &effects) {
+                    case .success(let queued): id = queued
+                    case .failure(let error):
+                        effects.later { continuation.resume(throwing: error) }
+                        return
+                    }
                     state.sendWaiters[id] = continuation
                     if state.readingPaused { self.updateReading(&state, effects: &effects) }
                 }
@@ -177,18 +172,13 @@ extension ConnectionCore {
         try await self.handOff { (continuation: CheckedContinuation<Reply, any Error>) in
             var effects = Effects()
             self.state.withLockedValue { state in
-                guard
-                    let id = self.enqueue(
-                        message,
-                        token: token,
-                        progress: progress,
-                        &state,
-                        effects: &effects,
-                        onError: {
-                            continuation.resume(throwing: $0)
-                        }
-                    )
-                else { return }
+                let id: BLIPOutgoingID
+                switch self.enqueue(message, token: token, progress: progress, &state, effects: &effects) {
+                case .success(let queued): id = queued
+                case .failure(let error):
+                    effects.later { continuation.resume(throwing: error) }
+                    return
+                }
                 state.replyWaiters[id] = waiter(continuation)
                 started?.yield(id)
                 // Reading may have paused while nothing waited for the peer: now something does.
@@ -199,15 +189,16 @@ extension ConnectionCore {
         }
     }
 
-    /// Queues `message` under the lock; on failure calls `onError` (after the lock) and returns nil.
+    /// Queues `message` under the lock; returns its handle, or the error it failed with (its progress
+    /// reporter is told after the lock), which the caller hands its waiter after the lock too. A result,
+    /// not a failure closure: that closure was a heap allocation per request, made to be dropped.
     func enqueue(
         _ message: BLIPOutgoingMessage,
         token: UInt64?,
         progress: ProgressReporter?,
         _ state: inout State,
-        effects: inout Effects,
-        onError: @escaping @Sendable (any Error) -> Void
-    ) -> BLIPOutgoingID? {
+        effects: inout Effects
+    ) -> Result<BLIPOutgoingID, any Error> {
         let failure: any Error
         if let closeError = state.closeError {
             failure = closeError
@@ -223,14 +214,13 @@ extension ConnectionCore {
                 if let progress { self.progressQueued(id, progress, &state, effects: &effects) }
                 effects.wakeWriter = effects.wakeWriter || wake
                 effects.counts.messagesSent += 1
-                return id
+                return .success(id)
             } catch {
                 failure = self.connectionError(from: error)
             }
         }
         if let progress { effects.later { progress.report(.failed) } }
-        effects.later { onError(failure) }
-        return nil
+        return .failure(failure)
     }
 
     /// The caller of a request gave up: the engine drops it if it has not started, else finishes it and

@@ -11,4 +11,5 @@ let benchmarks: @Sendable () -> Void = {
     wireBenchmarks()
     engineBenchmarks()
     connectionBenchmarks()
+    callbackRoundTripBenchmark()
 }

@@ -44,4 +44,60 @@ func connectionBenchmarks() {
     }
 }
 
+/// The same round trips sent with `sendRequest(_:timeout:progress:onReply:)`: each reply's callback sends
+/// the next request, and the sample awaits only the last (synchronous handler, as in `blip serve`).
+func callbackRoundTripBenchmark() {
+    Benchmark(
+        "connection-round-trip-100B-blip3-synchronous-handler-callbacks-x\(roundTripsPerSample)",
+        configuration: .init(
+            maxDuration: .seconds(3),
+            maxIterations: 2_000,
+            thresholds: [.mallocCountTotal: .init(relative: [.p90: 5.0])]
+        )
+    ) { benchmark in
+        let (clientTransport, serverTransport) = BLIPInMemoryTransport.makePair(dialect: .blip3)
+        var router = BLIPRouter()
+        router.registerSynchronous(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
+        let server = BLIPConnection(transport: serverTransport, router: router)
+        let serverRun = Task { await server.run() }
+        let request = BLIPRequest(profile: "echo", body: ByteBuffer(bytes: BenchmarkData.pattern(100)))
+        try await withBLIPConnection(over: clientTransport) { client in
+            for _ in 0..<20 { _ = try await client.sendRequest(request) }
+            benchmark.startMeasurement()
+            try await withCheckedThrowingContinuation { (done: CheckedContinuation<Void, any Error>) in
+                CallbackChain(client: client, request: request, remaining: roundTripsPerSample, done: done).next()
+            }
+            benchmark.stopMeasurement()
+        }
+        _ = await server.close()
+        _ = await serverRun.value
+    }
+}
+
+/// Sends `remaining` requests one after another, each from the reply callback of the one before.
+private struct CallbackChain: Sendable {
+    let client: BLIPConnection
+    let request: BLIPRequest
+    let remaining: Int
+    let done: CheckedContinuation<Void, any Error>
+
+    func next() {
+        guard self.remaining > 0 else { return self.done.resume() }
+        self.client.sendRequest(self.request) { result in
+            switch result {
+            case .success(let reply):
+                blackHole(reply)
+                CallbackChain(
+                    client: self.client,
+                    request: self.request,
+                    remaining: self.remaining - 1,
+                    done: self.done
+                )
+                .next()
+            case .failure(let error): self.done.resume(throwing: error)
+            }
+        }
+    }
+}
+
 let roundTripsPerSample = 100
