@@ -1,8 +1,8 @@
 internal import BLIP
 internal import Synchronization
 
-/// Keeps requests in flight with `BLIPConnection.sendRequest(_:timeout:progress:onReply:)`: each reply's callback sends
-/// the next request, where the reply was read (no task, no continuation per request), as the
+/// Keeps requests in flight with `BLIPConnection.sendRequest(_:timeout:progress:onReply:)`: each reply's
+/// callback sends the next request, where the reply was read (no task, no continuation per request), as the
 /// handler-style raw baseline does with raw messages.
 final class BenchReplyCallbacks: Sendable {
     private struct State {

@@ -159,32 +159,7 @@ struct BenchRunner {
         let request = BLIPRequest(profile: "echo", body: BenchmarkData.pattern(size))
         let progress = self.progress
         let onLoop = self.options.onEventLoop
-        if self.options.callbacks {
-            let (elapsed, latencies, wire) = try await self.connect { connection in
-                for _ in 0..<warmUp { _ = try await connection.sendRequest(request) }
-                let before = connection.statistics
-                let started = ContinuousClock.now
-                let latencies = try await BenchReplyCallbacks.measure(
-                    request,
-                    on: connection,
-                    count: count,
-                    concurrency: concurrency
-                )
-                let elapsed = ContinuousClock.now - started
-                let after = connection.statistics
-                return (
-                    elapsed, latencies.sorted(),
-                    after.bytesSent + after.bytesReceived - before.bytesSent - before.bytesReceived
-                )
-            }
-            return .roundTrips(
-                "\(name)-callbacks",
-                concurrency: concurrency,
-                elapsed: elapsed,
-                sortedLatencies: latencies,
-                wireBytes: wire
-            )
-        }
+        let callbacks = self.options.callbacks
         let (elapsed, latencies, wire) = try await self.connect { connection in
             // With --on-event-loop the callers' tasks run on the connection's event loop.
             try await withTaskExecutorPreference(onLoop ? connection.taskExecutor : nil) {
@@ -195,12 +170,13 @@ struct BenchRunner {
                     concurrency: concurrency,
                     warmUp: warmUp,
                     name: name,
-                    progress: progress
+                    progress: progress,
+                    byCallbacks: callbacks
                 )
             }
         }
         return .roundTrips(
-            onLoop ? "\(name)-on-loop" : name,
+            callbacks ? "\(name)-callbacks" : onLoop ? "\(name)-on-loop" : name,
             concurrency: concurrency,
             elapsed: elapsed,
             sortedLatencies: latencies,
@@ -215,20 +191,24 @@ struct BenchRunner {
         concurrency: Int,
         warmUp: Int,
         name: String,
-        progress: Progress
+        progress: Progress,
+        byCallbacks: Bool
     ) async throws -> (Duration, [Duration], Int) {
         for _ in 0..<warmUp { _ = try await connection.sendRequest(request) }
         let before = connection.statistics
         let started = ContinuousClock.now
-        let latencies = try await Self.keepInFlight(
-            request,
-            on: connection,
-            concurrency: concurrency,
-            until: SharedCounter(),
-            reaches: count,
-            name: name,
-            progress: progress
-        )
+        let latencies =
+            byCallbacks
+            ? try await BenchReplyCallbacks.measure(request, on: connection, count: count, concurrency: concurrency)
+            : try await Self.keepInFlight(
+                request,
+                on: connection,
+                concurrency: concurrency,
+                until: SharedCounter(),
+                reaches: count,
+                name: name,
+                progress: progress
+            )
         let elapsed = ContinuousClock.now - started
         let after = connection.statistics
         return (

@@ -114,13 +114,16 @@ extension ConnectionCore {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
-                    let id: BLIPOutgoingID
-                    switch self.enqueue(message, token: token, progress: progress, &state, effects: &effects) {
-                    case .success(let queued): id = queued
-                    case .failure(let error):
-                        effects.later { continuation.resume(throwing: error) }
-                        return
-                    }
+                    guard
+                        let id = self.enqueue(
+                            message,
+                            token: token,
+                            progress: progress,
+                            failing: continuation,
+                            &state,
+                            effects: &effects
+                        )
+                    else { return }
                     state.sendWaiters[id] = continuation
                     if state.readingPaused { self.updateReading(&state, effects: &effects) }
                 }
@@ -172,13 +175,16 @@ extension ConnectionCore {
         try await self.handOff { (continuation: CheckedContinuation<Reply, any Error>) in
             var effects = Effects()
             self.state.withLockedValue { state in
-                let id: BLIPOutgoingID
-                switch self.enqueue(message, token: token, progress: progress, &state, effects: &effects) {
-                case .success(let queued): id = queued
-                case .failure(let error):
-                    effects.later { continuation.resume(throwing: error) }
-                    return
-                }
+                guard
+                    let id = self.enqueue(
+                        message,
+                        token: token,
+                        progress: progress,
+                        failing: continuation,
+                        &state,
+                        effects: &effects
+                    )
+                else { return }
                 state.replyWaiters[id] = waiter(continuation)
                 started?.yield(id)
                 // Reading may have paused while nothing waited for the peer: now something does.
@@ -186,6 +192,24 @@ extension ConnectionCore {
             }
             started?.finish()
             self.perform(effects)
+        }
+    }
+
+    /// ``enqueue(_:token:progress:_:effects:)`` for an awaiting caller: on failure its continuation gets
+    /// the error after the lock, and this returns nil.
+    func enqueue<Value>(
+        _ message: BLIPOutgoingMessage,
+        token: UInt64?,
+        progress: ProgressReporter?,
+        failing continuation: CheckedContinuation<Value, any Error>,
+        _ state: inout State,
+        effects: inout Effects
+    ) -> BLIPOutgoingID? {
+        switch self.enqueue(message, token: token, progress: progress, &state, effects: &effects) {
+        case .success(let id): return id
+        case .failure(let error):
+            effects.later { continuation.resume(throwing: error) }
+            return nil
         }
     }
 

@@ -11,5 +11,4 @@ let benchmarks: @Sendable () -> Void = {
     wireBenchmarks()
     engineBenchmarks()
     connectionBenchmarks()
-    callbackRoundTripBenchmark()
 }
