@@ -149,6 +149,43 @@ struct HummingbirdMountTests {
         }
     }
 
+    @Test("concurrent refusals: each client gets its own answer, and the server still accepts afterwards")
+    func concurrentRefusals() async throws {
+        try await HummingbirdServer.with(router: Self.router(blip: Self.blipRouter())) { server in
+            let answers = await withTaskGroup(of: [Int?].self) { group in
+                for lane in 0..<8 {
+                    group.addTask {
+                        var statuses: [Int?] = []
+                        for attempt in 0..<25 {
+                            // Alternate the route's 403 and the 500 of no subprotocol in common.
+                            let forbidden = (lane + attempt).isMultiple(of: 2)
+                            let error = await Self.handshakeError {
+                                try await BLIPWebSocketClient.connect(
+                                    to: server.url(forbidden ? "/forbidden/_blipsync" : "/db/_blipsync"),
+                                    configuration: clientConfiguration(
+                                        subprotocols: forbidden ? ["BLIP_3+CBMobile_3"] : ["BLIP_3+Other"]
+                                    )
+                                ) { _ in }
+                            }
+                            let expected = forbidden ? 403 : 500
+                            statuses.append(error?.status == expected ? expected : error?.status)
+                        }
+                        return statuses
+                    }
+                }
+                return await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(answers.count == 200)
+            #expect(answers.filter { $0 == 403 }.count == 100, "\(answers)")
+            #expect(answers.filter { $0 == 500 }.count == 100, "\(answers)")
+            try await BLIPWebSocketClient.connect(to: server.url("/db/_blipsync"), configuration: clientConfiguration())
+            { connection in
+                let echo = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "still here"))
+                #expect(String(buffer: echo.body) == "still here")
+            }
+        }
+    }
+
     @Test("a server whose handler does not read holds the client back (flow control through the mount)")
     func flowControl() async throws {
         let gate = Gate()
