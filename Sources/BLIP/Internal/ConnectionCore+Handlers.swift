@@ -12,6 +12,7 @@ extension ConnectionCore {
         if self.mayStartHandler(state, effects) {
             state.runningHandlers += 1
             effects.work = work
+            effects.idleTask = state.idleHandlerTasks.popLast()
         } else {
             state.pendingWork.append(work)
             state.statistics.requestsQueuedForHandler += 1
@@ -56,34 +57,71 @@ extension ConnectionCore {
             }
         }
         if work.expectsReply { self.respond(to: work.number, with: result) }
-        if let next = self.handlerFinished(charge: work.charge) {
-            self.workContinuation.yield(.handlers(startingWith: next))
+        // The slot goes to the request waiting longest, if any, in a task (an idle one if there is one).
+        var effects = Effects()
+        self.state.withLockedValue { state in
+            guard let next = self.handlerFinished(charge: work.charge, &state, effects: &effects) else { return }
+            effects.work = next
+            effects.idleTask = state.idleHandlerTasks.popLast()
+        }
+        self.perform(effects)
+    }
+
+    /// Runs handlers in one task: the first, then whatever waits for a slot when it finishes. With nothing
+    /// waiting, the task stays (up to ``maximumIdleHandlerTasks`` of them) for the next request, which
+    /// then costs no new task, until the connection closes.
+    func runHandlers(startingWith start: HandlerTaskStart) async {
+        var next = start.take()
+        while let work = next.take() {
+            let charge = work.charge
+            // Let go of the request before waiting for the next one: an unread body stream's bookkeeping
+            // and the body's bytes go when it does.
+            await self.handle(consume work)
+            next = await self.nextWork(afterCharge: charge)
         }
     }
 
-    /// Runs handlers in one task: the first, then whatever waits for a slot when it finishes.
-    func runHandlers(startingWith first: Work) async {
-        var next: Work? = first
-        while let work = next {
-            await self.handle(work)
-            next = self.handlerFinished(charge: work.charge)
+    /// Handler tasks kept waiting for requests at most: enough for sequential and moderately concurrent
+    /// traffic without a task per request, little memory (a couple of KiB each) after a burst.
+    static let maximumIdleHandlerTasks = 8
+
+    /// A handler of this task is done: the request waiting longest for a slot, else (the task now idle) the
+    /// next request dispatched to it, or nil when the task is to end (the connection closed, the task was
+    /// cancelled, or enough tasks wait already).
+    private func nextWork(afterCharge charge: Int) async -> Work? {
+        await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Work?, Never>) in
+                var effects = Effects()
+                let next = self.state.withLockedValue { state -> Work?? in
+                    if let next = self.handlerFinished(charge: charge, &state, effects: &effects) { return next }
+                    guard state.closeError == nil, !Task.isCancelled,
+                        state.idleHandlerTasks.count < Self.maximumIdleHandlerTasks
+                    else { return .some(nil) }
+                    state.idleHandlerTasks.append(continuation)
+                    return .none
+                }
+                self.perform(effects)
+                if let next { continuation.resume(returning: next) }
+            }
+        } onCancel: {
+            // The run's task group is cancelled when the connection's run ends: every handler task with it.
+            let idle = self.state.withLockedValue { state in
+                defer { state.idleHandlerTasks.removeAll() }
+                return state.idleHandlerTasks
+            }
+            for idleTask in idle { idleTask.resume(returning: nil) }
         }
     }
 
     /// A handler is done: its request's bytes (`charge`) no longer count, and the next waiting request takes
-    /// its slot.
-    private func handlerFinished(charge: Int) -> Work? {
-        var effects = Effects()
-        let next = self.state.withLockedValue { state -> Work? in
-            self.release(charge, &state, effects: &effects)
-            guard state.closeError == nil, let next = state.pendingWork.popFirst() else {
-                state.runningHandlers -= 1
-                return nil
-            }
-            self.updateReading(&state, effects: &effects)
-            return next
+    /// its slot (returned), or the slot is free.
+    private func handlerFinished(charge: Int, _ state: inout State, effects: inout Effects) -> Work? {
+        self.release(charge, &state, effects: &effects)
+        guard state.closeError == nil, let next = state.pendingWork.popFirst() else {
+            state.runningHandlers -= 1
+            return nil
         }
-        self.perform(effects)
+        self.updateReading(&state, effects: &effects)
         return next
     }
 
@@ -195,5 +233,21 @@ extension ConnectionCore {
             code: .handlerFailed,
             message: self.configuration.sendsHandlerErrorMessages ? "\(error)" : "handler failed"
         )
+    }
+}
+
+/// The first request of a new handler task, handed over rather than captured: a closure's captures live as
+/// long as its task, and a handler task may then wait for later requests until the connection closes (an
+/// unread body stream would stay registered, and the request's bytes held, all that time).
+final class HandlerTaskStart: @unchecked Sendable {
+    private var work: ConnectionCore.Work?
+
+    init(_ work: ConnectionCore.Work) {
+        self.work = work
+    }
+
+    /// Called once, by the task this was made for (`addTask` orders it after `init`).
+    func take() -> ConnectionCore.Work? {
+        self.work.take()
     }
 }

@@ -121,6 +121,9 @@ final class ConnectionCore: Sendable {
         /// Handlers running, and requests waiting for one of them to finish.
         var runningHandlers = 0
         var pendingWork: Deque<Work> = []
+        /// Handler tasks that ran out of work, waiting for the next request (see
+        /// ConnectionCore+Handlers): starting a handler in one of them costs no task.
+        var idleHandlerTasks: [UnsafeContinuation<Work?, Never>] = []
         /// Bytes the peer makes us hold (see ConnectionCore+Backpressure), and those of whole messages
         /// still arriving.
         var buffered = 0
@@ -162,8 +165,10 @@ final class ConnectionCore: Sendable {
         var closeTransport: BLIPCloseReason?
         var pauseReading = false
         var resumeReading = false
-        /// A handler to start (at most one per operation: one frame starts at most one request).
+        /// A handler to start (at most one per operation: one frame starts at most one request), in
+        /// `idleTask` if one was waiting, else in a new task.
         var work: Work?
+        var idleTask: UnsafeContinuation<Work?, Never>?
         /// A synchronous handler to run after the lock, right here (it holds a handler slot meanwhile).
         var immediate: ImmediateWork?
         var deferred: [@Sendable () -> Void] = []
@@ -229,7 +234,13 @@ final class ConnectionCore: Sendable {
     /// Does what an operation decided under the lock. Objects in `effects.released` go when the caller's
     /// `effects` does, after this returns, also outside the lock.
     func perform(_ effects: Effects) {
-        if let work = effects.work { self.workContinuation.yield(.handlers(startingWith: work)) }
+        if let work = effects.work {
+            if let idleTask = effects.idleTask {
+                idleTask.resume(returning: work)
+            } else {
+                self.workContinuation.yield(.handlers(startingWith: work))
+            }
+        }
         for action in effects.deferred { action() }
         if effects.hasReply, let (waiter, response) = effects.reply { Self.succeed(waiter, response) }
         self.count(effects.counts)
@@ -293,7 +304,9 @@ final class ConnectionCore: Sendable {
         await withDiscardingTaskGroup { group in
             for await job in self.work {
                 switch job {
-                case .handlers(let first): group.addTask { await self.runHandlers(startingWith: first) }
+                case .handlers(let first):
+                    let start = HandlerTaskStart(first)
+                    group.addTask { await self.runHandlers(startingWith: start) }
                 case .streamedReply(let head, let body): group.addTask { await body.send(self, head) }
                 }
             }
@@ -418,6 +431,8 @@ final class ConnectionCore: Sendable {
         if let waiter = state.unhandledWaiter { effects.later { waiter.resume(returning: nil) } }
         for waiter in state.closeWaiters { effects.later { waiter.resume(returning: status) } }
         for waiter in state.drainWaiters.values { effects.later { waiter.resume() } }
+        for idleTask in state.idleHandlerTasks { effects.later { idleTask.resume(returning: nil) } }
+        state.idleHandlerTasks.removeAll()
         // Unanswered requests answer themselves when they go, and a request for a handler that will not
         // run holds a body stream: both call back into the connection, so they go after the lock.
         // Moved out whole (no copy: converting an empty Deque writes to the runtime's shared empty-array
