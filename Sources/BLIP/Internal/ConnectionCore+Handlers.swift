@@ -11,8 +11,7 @@ extension ConnectionCore {
     func dispatch(_ work: Work, _ state: inout State, effects: inout Effects) {
         if self.mayStartHandler(state, effects) {
             state.runningHandlers += 1
-            effects.work = work
-            effects.idleTask = state.idleHandlerTasks.popLast()
+            self.startInTask(work, &state, effects: &effects)
         } else {
             state.pendingWork.append(work)
             state.statistics.requestsQueuedForHandler += 1
@@ -57,14 +56,20 @@ extension ConnectionCore {
             }
         }
         if work.expectsReply { self.respond(to: work.number, with: result) }
-        // The slot goes to the request waiting longest, if any, in a task (an idle one if there is one).
+        // The slot goes to the request waiting longest, if any.
         var effects = Effects()
         self.state.withLockedValue { state in
             guard let next = self.handlerFinished(charge: work.charge, &state, effects: &effects) else { return }
-            effects.work = next
-            effects.idleTask = state.idleHandlerTasks.popLast()
+            self.startInTask(next, &state, effects: &effects)
         }
         self.perform(effects)
+    }
+
+    /// Has `work`, whose slot is taken, run after the lock in a handler task: an idle one if one waits,
+    /// else a new one.
+    private func startInTask(_ work: Work, _ state: inout State, effects: inout Effects) {
+        effects.work = work
+        effects.idleTask = state.idleHandlerTasks.popLast()
     }
 
     /// Runs handlers in one task: the first, then whatever waits for a slot when it finishes. With nothing
