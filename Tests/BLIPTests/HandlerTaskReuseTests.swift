@@ -87,6 +87,31 @@ struct HandlerTaskReuseTests {
         }
     }
 
+    enum Ending: String, CaseIterable, Sendable {
+        case localClose, peerClose, transportFailure
+    }
+
+    @Test("however the connection ends, the waiting tasks end and the run returns", arguments: Ending.allCases)
+    func everyEndingEndsWaitingTasks(ending: Ending) async throws {
+        let (clientTransport, serverTransport) = BLIPInMemoryTransport.makePair()
+        let server = BLIPConnection(transport: serverTransport, router: Self.echoRouter())
+        let serverRun = Task { await server.run() }
+        let client = BLIPConnection(transport: clientTransport)
+        let clientRun = Task { await client.run() }
+        _ = try await client.sendRequest(BLIPRequest(profile: "echo", text: "one"))
+        try await waitUntil { Self.idleTasks(server) == 1 }
+        switch ending {
+        case .localClose: await server.close()
+        case .peerClose: await client.close()
+        case .transportFailure: clientTransport.cut()
+        }
+        try await waitUntil { server.isClosed }
+        #expect(Self.idleTasks(server) == 0)
+        _ = await serverRun.value
+        await client.close()
+        _ = await clientRun.value
+    }
+
     @Test("cancelling the connection's run ends the waiting tasks")
     func cancelledRunEndsWaitingTasks() async throws {
         let (clientTransport, serverTransport) = BLIPInMemoryTransport.makePair()
