@@ -88,6 +88,10 @@ public final class BLIPFrameEncoder {
 
     /// Bodies up to this size are copied next to the property block; larger ones are framed in place.
     static let copiedBodyLimit = 4096
+    /// An uncompressed body whose whole storage is at most this large is kept as it is until its message is
+    /// framed, and the property block is encoded then too. Larger storage is not kept: a small body may be a
+    /// slice of a large read buffer, which a queued reply would otherwise hold on to.
+    static let deferredBodyStorageLimit = 1024
     private static let allocator = ByteBufferAllocator()
 
     /// At least the encoded size of `properties` in any dialect: a varint length, then each name and value
@@ -102,7 +106,9 @@ public final class BLIPFrameEncoder {
     ///
     /// In the seed and BLIP 2 dialects a compressed body is gzipped here, once; it is sent raw instead if
     /// the body is empty or (with ``Configuration/skipsIncompressibleData``) looks incompressible or does
-    /// not get smaller. In BLIP 3 compression happens per frame. A large body is not copied.
+    /// not get smaller. In BLIP 3 compression happens per frame. A large body is not copied, and neither is a
+    /// small uncompressed message: its properties and body stay as they are until its frame is encoded, into
+    /// which they are then written directly.
     ///
     /// - Returns: the data, and whether the message's frames carry the compressed flag.
     public func makeMessageData(
@@ -110,7 +116,23 @@ public final class BLIPFrameEncoder {
         body: ByteBuffer,
         compressed: Bool
     ) throws(BLIPWireError) -> (data: BLIPMessageData, compressed: Bool) {
-        let gzips = !self.dialect.compressesFrames && compressed && self.configuration.compressionLevel > 0
+        let wantsCompression = compressed && self.configuration.compressionLevel > 0
+        let gzips = !self.dialect.compressesFrames && wantsCompression
+        if !wantsCompression && body.storageCapacity <= Self.deferredBodyStorageLimit {
+            // Encoded when framed: a small message's block and body then go straight into its frame.
+            let blockLength = try BLIPPropertyCodec.blockLength(
+                of: properties,
+                dialect: self.dialect,
+                maximumSize: self.configuration.maximumPropertiesSize
+            )
+            let data = BLIPMessageData(
+                properties: properties,
+                blockLength: blockLength,
+                dialect: self.dialect,
+                body: body
+            )
+            return (data, false)
+        }
         // Sized up front: a buffer that grows while it is written costs a copy and two more allocations.
         let propertiesSize = Self.propertiesSizeBound(properties)
         if !gzips && body.readableBytes > Self.copiedBodyLimit {
@@ -220,13 +242,22 @@ public final class BLIPFrameEncoder {
             consumed = try self.deflateFill(&data, room: room, into: &output)
         } else {
             if self.dialect.compressesFrames { header.flags.remove(.compressed) }
-            consumed = min(room, data.readableBytes)
-            var left = consumed
-            while left > 0 {
-                let slice = data.readSlice(upTo: left)
-                left -= slice.readableBytes
-                if self.dialect.hasChecksum { self.checksum.update(slice) }
-                output.writeImmutableBuffer(slice)
+            if data.isWholeAndUnencoded && data.readableBytes <= room {
+                // The whole of a small message: written and checksummed in one pass, no buffer of its own.
+                let dataStart = output.writerIndex
+                consumed = data.writeWhole(into: &output)
+                if self.dialect.hasChecksum {
+                    output.withUnsafeReadableBytes { bytes in
+                        self.checksum.update(
+                            UnsafeRawBufferPointer(rebasing: bytes[(dataStart - output.readerIndex)...])
+                        )
+                    }
+                }
+            } else {
+                if data.isWholeAndUnencoded {
+                    data.encodeProperties(into: self.makeBuffer(capacity: data.readableBytes))
+                }
+                consumed = self.copyData(&data, upTo: room, into: &output)
             }
         }
         if endOfMessage && data.readableBytes == 0 {
@@ -248,6 +279,19 @@ public final class BLIPFrameEncoder {
             frameLength: frameLength,
             bodyLength: frameLength - headerLength
         )
+    }
+
+    /// Copies as much of `data` as fits in `room` to `output`, through the running checksum; returns the bytes.
+    private func copyData(_ data: inout BLIPMessageData, upTo room: Int, into output: inout ByteBuffer) -> Int {
+        let consumed = min(room, data.readableBytes)
+        var left = consumed
+        while left > 0 {
+            let slice = data.readSlice(upTo: left)
+            left -= slice.readableBytes
+            if self.dialect.hasChecksum { self.checksum.update(slice) }
+            output.writeImmutableBuffer(slice)
+        }
+        return consumed
     }
 
     /// Encodes the next frame of a message whose remaining data is one buffer; see

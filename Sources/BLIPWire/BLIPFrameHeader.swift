@@ -65,7 +65,14 @@ public struct BLIPFrameHeader: Hashable, Sendable, CustomStringConvertible {
             throw BLIPWireError(.messageNumberTooLarge(self.messageNumber))
         }
         let flags = try self.wireFlags(in: dialect)
-        return buffer.writeBLIPVarint(self.messageNumber) + buffer.writeBLIPVarint(flags)
+        let numberLength = BLIPVarint.encodedLength(of: self.messageNumber)
+        let length = numberLength + BLIPVarint.encodedLength(of: flags)
+        // Both varints in one write: each write of its own costs a capacity and an exclusivity check.
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { target in
+            let written = BLIPVarint.encode(self.messageNumber, into: target)
+            return written + BLIPVarint.encode(flags, into: UnsafeMutableRawBufferPointer(rebasing: target[written...]))
+        }
+        return length
     }
 
     /// Reads a header from the start of `bytes`; returns it and its length.

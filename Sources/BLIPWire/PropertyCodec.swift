@@ -28,12 +28,32 @@ public enum BLIPPropertyCodec {
         to buffer: inout ByteBuffer
     ) throws(BLIPWireError) -> Int {
         let block = try self.blockLength(of: properties, dialect: dialect, maximumSize: maximumSize)
-        var written = buffer.writeBLIPVarint(UInt64(block))
-        for property in properties {
-            written += self.writeString(property.name, dialect: dialect, to: &buffer)
-            written += self.writeString(property.value, dialect: dialect, to: &buffer)
+        let total = BLIPVarint.encodedLength(of: UInt64(block)) + block
+        // One reservation and one pass over raw memory: a write per string and terminator cost five
+        // capacity and exclusivity checks per property.
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { target in
+            self.encode(properties, blockLength: block, dialect: dialect, into: target)
         }
-        return written
+        return total
+    }
+
+    /// Writes the length-prefixed block of properties already checked by ``blockLength(of:dialect:maximumSize:)``
+    /// (which gave `blockLength`) at the start of `target`; returns the bytes written.
+    static func encode(
+        _ properties: BLIPProperties,
+        blockLength: Int,
+        dialect: BLIPDialect,
+        into target: UnsafeMutableRawBufferPointer
+    ) -> Int {
+        var offset = BLIPVarint.encode(UInt64(blockLength), into: target)
+        let end = offset + blockLength
+        precondition(end <= target.count, "no room for a property block of \(blockLength) bytes")
+        for property in properties {
+            offset = self.copyString(property.name, dialect: dialect, into: target, at: offset)
+            offset = self.copyString(property.value, dialect: dialect, into: target, at: offset)
+        }
+        precondition(offset == end, "property block of \(offset) bytes, \(end) expected")
+        return end
     }
 
     /// Reads a length-prefixed block from the front of `buffer` and moves past it. On error the reader
@@ -111,7 +131,8 @@ public enum BLIPPropertyCodec {
 
     // MARK: - Strings
 
-    private static func blockLength(
+    /// The length of the block of `properties` (without its varint prefix), after checking they can be sent.
+    static func blockLength(
         of properties: BLIPProperties,
         dialect: BLIPDialect,
         maximumSize: Int
@@ -148,12 +169,35 @@ public enum BLIPPropertyCodec {
         utf8.withContiguousStorageIfAvailable { $0.contains(0) } ?? utf8.contains(0)
     }
 
-    private static func writeString(_ string: String, dialect: BLIPDialect, to buffer: inout ByteBuffer) -> Int {
+    /// Copies `string` (or its token) and its terminator to `target` at `offset`; returns the offset after
+    /// them. `target` has the room ``encodedLength(of:dialect:)`` counted.
+    private static func copyString(
+        _ string: String,
+        dialect: BLIPDialect,
+        into target: UnsafeMutableRawBufferPointer,
+        at offset: Int
+    ) -> Int {
         if dialect.usesPropertyTokens, let token = PropertyTokens.token(for: string) {
-            buffer.writeMultipleIntegers(token, UInt8(0))
-            return 2
+            target[offset] = token
+            target[offset + 1] = 0
+            return offset + 2
         }
-        return buffer.writeString(string) + buffer.writeInteger(UInt8(0))
+        let utf8 = string.utf8
+        let copied = utf8.withContiguousStorageIfAvailable { bytes in
+            UnsafeMutableRawBufferPointer(rebasing: target[offset...]).copyMemory(from: UnsafeRawBufferPointer(bytes))
+            return bytes.count
+        }
+        var end = offset
+        if let copied {
+            end += copied
+        } else {
+            for byte in utf8 {
+                target[end] = byte
+                end += 1
+            }
+        }
+        target[end] = 0
+        return end + 1
     }
 
     private static func decodeString(

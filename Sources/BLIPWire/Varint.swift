@@ -18,6 +18,20 @@ public enum BLIPVarint {
         return (significantBits + 6) / 7
     }
 
+    /// Writes the minimal encoding of `value` at the start of `target`, which has room for it; returns the
+    /// number of bytes written.
+    @inlinable
+    public static func encode(_ value: UInt64, into target: UnsafeMutableRawBufferPointer) -> Int {
+        let length = self.encodedLength(of: value)
+        var remaining = value
+        for index in 0..<(length - 1) {
+            target[index] = UInt8(truncatingIfNeeded: remaining) | 0x80
+            remaining >>= 7
+        }
+        target[length - 1] = UInt8(truncatingIfNeeded: remaining)
+        return length
+    }
+
     /// Decodes one varint at `offset` of `bytes`; returns the value and the number of bytes read.
     @inlinable
     public static func decode(
@@ -71,13 +85,7 @@ extension ByteBuffer {
     public mutating func writeBLIPVarint(_ value: UInt64) -> Int {
         let length = BLIPVarint.encodedLength(of: value)
         self.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { target in
-            var remaining = value
-            for index in 0..<(length - 1) {
-                target[index] = UInt8(truncatingIfNeeded: remaining) | 0x80
-                remaining >>= 7
-            }
-            target[length - 1] = UInt8(truncatingIfNeeded: remaining)
-            return length
+            BLIPVarint.encode(value, into: target)
         }
         return length
     }

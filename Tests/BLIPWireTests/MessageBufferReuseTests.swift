@@ -4,8 +4,17 @@ import Testing
 @testable import BLIPWire
 
 /// The encoder reuses the emptied buffer of a small message already framed for the next message's data.
+/// Only data copied into a buffer of the encoder's needs one: the bodies here are cut from a larger buffer
+/// (as a read buffer's are), which the encoder does not keep (see `DeferredMessageDataTests`).
 @Suite("Message buffer reuse")
 struct MessageBufferReuseTests {
+    /// `bytes` as a slice of a buffer too large for the encoder to keep until the message is framed.
+    static func cutFromLargeBuffer(_ bytes: [UInt8]) -> ByteBuffer {
+        var large = ByteBuffer(repeating: 0xEE, count: BLIPFrameEncoder.deferredBodyStorageLimit + 1)
+        large.writeBytes(bytes)
+        return large.getSlice(at: BLIPFrameEncoder.deferredBodyStorageLimit + 1, length: bytes.count)!
+    }
+
     /// Frames every byte of `data` (1 KiB frames) and returns them.
     static func frames(
         of data: inout BLIPMessageData,
@@ -37,7 +46,7 @@ struct MessageBufferReuseTests {
         // longer data past its new end.
         for index in 0..<60 {
             let size = (index * 577) % 1900
-            let body = ByteBuffer(bytes: (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) })
+            let body = Self.cutFromLargeBuffer((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) })
             let properties: BLIPProperties = ["Profile": "rev", "X-Index": "\(index)"]
             reused += reusing.spareBufferCount
             var data = try reusing.makeMessageData(properties: properties, body: body, compressed: false).data
@@ -56,7 +65,7 @@ struct MessageBufferReuseTests {
         let encoder = BLIPFrameEncoder(dialect: .blip3)
         var data = try encoder.makeMessageData(
             properties: ["Profile": "x"],
-            body: ByteBuffer(string: "hi"),
+            body: Self.cutFromLargeBuffer(Array("hi".utf8)),
             compressed: false
         )
         .data
@@ -88,7 +97,7 @@ struct MessageBufferReuseTests {
         var datas = try (0..<10).map { index in
             try encoder.makeMessageData(
                 properties: ["X-Index": "\(index)"],
-                body: ByteBuffer(string: "body"),
+                body: Self.cutFromLargeBuffer(Array("body".utf8)),
                 compressed: false
             )
             .data

@@ -417,13 +417,15 @@ extension ConnectionCore {
             }
             if let id = frame.message {
                 self.progressSent(frame, of: id, &state, effects: &effects)
-                if frame.isLastFrame, let waiter = state.sendWaiters.removeValue(forKey: id) {
+                // Most messages have no waiter: the emptiness checks skip hashing the id for each frame.
+                if frame.isLastFrame, !state.sendWaiters.isEmpty, let waiter = state.sendWaiters.removeValue(forKey: id)
+                {
                     if let token = state.tokenOfMessage.removeValue(forKey: id) {
                         state.tokens.removeValue(forKey: token)
                     }
                     effects.later { waiter.resume() }
                 }
-                if let waiter = state.demandWaiters[id], state.engine.wantsBody(id) {
+                if !state.demandWaiters.isEmpty, let waiter = state.demandWaiters[id], state.engine.wantsBody(id) {
                     state.demandWaiters.removeValue(forKey: id)
                     effects.later { waiter.resume() }
                 }
