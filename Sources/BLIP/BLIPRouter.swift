@@ -78,8 +78,8 @@ public struct BLIPRouter: Sendable {
         self.routes.values.contains { if case .streaming = $0 { true } else { false } }
     }
 
-    func route(for properties: BLIPProperties) -> Route? {
-        properties.profile.flatMap { self.routes[$0] }
+    func route(forProfile profile: String) -> Route? {
+        self.routes[profile]
     }
 }
 

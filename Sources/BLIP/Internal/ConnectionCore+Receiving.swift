@@ -65,7 +65,7 @@ extension ConnectionCore {
                     Self.fail(waiter, failure, effects: &effects)
                 }
                 // A reply that failed in its first frame never started: its caller's token goes here.
-                if let token = state.tokenOfMessage.removeValue(forKey: request) {
+                if !state.tokenOfMessage.isEmpty, let token = state.tokenOfMessage.removeValue(forKey: request) {
                     state.tokens.removeValue(forKey: token)
                 }
                 self.progressFailed(request: request, &state, effects: &effects)
@@ -191,7 +191,7 @@ extension ConnectionCore {
     // MARK: - Requests from the peer
 
     private func requestStarted(_ message: BLIPIncomingMessage, _ state: inout State, effects: inout Effects) {
-        let route = self.router.route(for: message.properties)
+        let route = self.route(for: message.properties, &state)
         // During a graceful close a streamed request is not started: it is read like a whole one (within the
         // same limits) and refused once complete, below.
         if case .streaming(let handler) = route, !(message.expectsReply && state.isDraining) {
@@ -385,13 +385,26 @@ extension ConnectionCore {
 
     // MARK: - Replies from the peer
 
+    /// The route of a request's profile. The last one found is kept: requests mostly come in runs of one
+    /// profile, and comparing a string costs less than hashing it.
+    private func route(for properties: BLIPProperties, _ state: inout State) -> BLIPRouter.Route? {
+        guard let profile = properties.profile else { return nil }
+        if let last = state.lastRoute, last.profile == profile { return last.route }
+        let route = self.router.route(forProfile: profile)
+        state.lastRoute = (profile, route)
+        return route
+    }
+
     private func replyStarted(_ message: BLIPIncomingMessage, _ state: inout State, effects: inout Effects) {
         guard let request = message.request, let waiter = state.replyWaiters.removeValue(forKey: request) else {
             // Its caller gave up after the request was sent: drain the rest.
             if !message.isComplete && state.engine.drain(message.id) { effects.wakeWriter = true }
             return
         }
-        if let token = state.tokenOfMessage.removeValue(forKey: request) { state.tokens.removeValue(forKey: token) }
+        // Callers called back have no token: an empty table is not hashed into.
+        if !state.tokenOfMessage.isEmpty, let token = state.tokenOfMessage.removeValue(forKey: request) {
+            state.tokens.removeValue(forKey: token)
+        }
         self.progressReplyStarted(message, to: request, &state, effects: &effects)
         if case .streamed(let continuation) = waiter, message.type == .response {
             state.streams[message.id] = BodyStreamState()

@@ -153,6 +153,8 @@ final class ConnectionCore: Sendable {
         /// The peer's requests handed to the application that still owe a reply (their numbers), until the
         /// reply is queued; a graceful close waits for them (ConnectionCore+Draining).
         var unanswered: Set<UInt64> = []
+        /// The last profile looked up in the router, and what it found (the router never changes).
+        var lastRoute: (profile: String, route: BLIPRouter.Route?)?
         /// A graceful close is under way: new requests that expect a reply get ERR BLIP/503.
         var isDraining = false
         /// Graceful closes waiting for nothing to be in flight, by token.
