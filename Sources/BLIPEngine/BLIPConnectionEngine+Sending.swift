@@ -117,7 +117,7 @@ extension BLIPConnectionEngine {
     public func cancel(_ id: BLIPOutgoingID) throws(BLIPEngineError) -> BLIPCancelResult {
         guard !self.isClosed else { return .unknown }
         guard let state = self.outgoing[id] else {
-            guard let number = self.awaitingReply.first(where: { $0.value.request == id })?.key else { return .unknown }
+            guard let number = self.awaitingReply.firstKey(where: { $0.request == id }) else { return .unknown }
             self.awaitingReply[number]!.isAbandoned = true
             return .replyAbandoned
         }

@@ -34,11 +34,11 @@ public final class BLIPConnectionEngine {
     /// ACKs go out ahead of every message frame.
     @exclusivity(unchecked) var pendingACKs: Deque<(type: BLIPMessageType, number: UInt64, count: Int)> = []
     /// Every message of ours not yet fully sent.
-    @exclusivity(unchecked) var outgoing: [BLIPOutgoingID: OutgoingMessageState] = [:]
+    @exclusivity(unchecked) var outgoing = OutgoingMessages()
     /// Started, unfinished messages by wire identity, for matching ACKs.
     @exclusivity(unchecked) var sending: [BLIPIncomingID: OutgoingMessageState] = [:]
     /// Our sent requests whose reply has not started arriving, by number.
-    @exclusivity(unchecked) var awaitingReply: [UInt64: PendingReply] = [:]
+    @exclusivity(unchecked) var awaitingReply = RecentKeyTable<PendingReply>()
     @exclusivity(unchecked) var nextOutgoingID: UInt64 = 1
     @exclusivity(unchecked) var lastRequestNumberSent: UInt64 = 0
     @exclusivity(unchecked) var window: SendWindowEstimator
@@ -62,7 +62,7 @@ public final class BLIPConnectionEngine {
     @exclusivity(unchecked) var incoming: [BLIPIncomingID: IncomingMessageState] = [:]
     @exclusivity(unchecked) var lastRequestNumberReceived: UInt64 = 0
     /// The peer's requests that we may still answer, by number.
-    @exclusivity(unchecked) var unanswered: [UInt64: UnansweredRequest] = [:]
+    @exclusivity(unchecked) var unanswered = RecentKeyTable<UnansweredRequest>()
 
     struct UnansweredRequest {
         let isUrgent: Bool

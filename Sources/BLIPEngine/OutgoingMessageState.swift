@@ -64,3 +64,26 @@ final class OutgoingMessageState: BLIPOutboxEntry {
     var isStarved: Bool { !self.isBodyComplete && self.data.readableBytes == 0 }
     var unacknowledgedBytes: Int { self.bytesSent - self.bytesAcknowledged }
 }
+
+/// Every message of ours not yet fully sent, by handle: handles are given out in send order and most
+/// messages finish in about that order, so a ``RecentKeyTable`` holds them without hashing.
+struct OutgoingMessages {
+    private var table = RecentKeyTable<OutgoingMessageState>()
+
+    var count: Int { self.table.count }
+    var values: [OutgoingMessageState] { self.table.values }
+
+    subscript(id: BLIPOutgoingID) -> OutgoingMessageState? {
+        get { self.table[id.rawValue] }
+        set { self.table[id.rawValue] = newValue }
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey id: BLIPOutgoingID) -> OutgoingMessageState? {
+        self.table.removeValue(forKey: id.rawValue)
+    }
+
+    mutating func removeAll() {
+        self.table.removeAll()
+    }
+}
