@@ -33,25 +33,6 @@ struct DeferredMessageDataTests {
         return BLIPMessageData(head)
     }
 
-    static func frames(
-        of data: inout BLIPMessageData,
-        number: UInt64,
-        frameSize: Int,
-        encoder: BLIPFrameEncoder
-    ) throws -> ByteBuffer {
-        var output = ByteBuffer()
-        repeat {
-            _ = try encoder.encodeFrame(
-                BLIPFrameHeader(messageNumber: number, type: .request, flags: []),
-                data: &data,
-                endOfMessage: true,
-                maximumFrameSize: frameSize,
-                into: &output
-            )
-        } while data.readableBytes > 0
-        return output
-    }
-
     @Test(
         "deferred data gives the frames of data encoded up front, whole or split, checksums chained",
         arguments: [BLIPDialect.blip3, .blip2, .seed]
@@ -69,13 +50,8 @@ struct DeferredMessageDataTests {
             #expect(data.readableBytes == expectedData.readableBytes, "message \(index)")
             // Frames from 96 bytes (nearly every message split) to 4 KiB (none).
             let frameSize = [96, 512, 1024, 4096][index % 4]
-            let frames = try Self.frames(of: &data, number: UInt64(index + 1), frameSize: frameSize, encoder: deferring)
-            let expected = try Self.frames(
-                of: &expectedData,
-                number: UInt64(index + 1),
-                frameSize: frameSize,
-                encoder: upFront
-            )
+            let frames = try deferring.allFrames(of: &data, number: UInt64(index + 1), frameSize: frameSize)
+            let expected = try upFront.allFrames(of: &expectedData, number: UInt64(index + 1), frameSize: frameSize)
             #expect(frames == expected, "message \(index), \(body.readableBytes) bytes, frames of \(frameSize)")
             deferring.recycle(&data)
         }

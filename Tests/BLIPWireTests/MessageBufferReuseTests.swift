@@ -15,25 +15,6 @@ struct MessageBufferReuseTests {
         return large.getSlice(at: BLIPFrameEncoder.deferredBodyStorageLimit + 1, length: bytes.count)!
     }
 
-    /// Frames every byte of `data` (1 KiB frames) and returns them.
-    static func frames(
-        of data: inout BLIPMessageData,
-        number: UInt64,
-        encoder: BLIPFrameEncoder
-    ) throws -> ByteBuffer {
-        var output = ByteBuffer()
-        repeat {
-            _ = try encoder.encodeFrame(
-                BLIPFrameHeader(messageNumber: number, type: .request, flags: []),
-                data: &data,
-                endOfMessage: true,
-                maximumFrameSize: 1024,
-                into: &output
-            )
-        } while data.readableBytes > 0
-        return output
-    }
-
     @Test(
         "a reused buffer gives the same frames as a new one, for messages of every small size",
         arguments: [BLIPDialect.blip3, .blip2, .seed]
@@ -51,8 +32,8 @@ struct MessageBufferReuseTests {
             reused += reusing.spareBufferCount
             var data = try reusing.makeMessageData(properties: properties, body: body, compressed: false).data
             var expectedData = try fresh.makeMessageData(properties: properties, body: body, compressed: false).data
-            let frames = try Self.frames(of: &data, number: UInt64(index + 1), encoder: reusing)
-            let expected = try Self.frames(of: &expectedData, number: UInt64(index + 1), encoder: fresh)
+            let frames = try reusing.allFrames(of: &data, number: UInt64(index + 1), frameSize: 1024)
+            let expected = try fresh.allFrames(of: &expectedData, number: UInt64(index + 1), frameSize: 1024)
             #expect(frames == expected, "message \(index), \(size) bytes")
             reusing.recycle(&data)
         }
@@ -103,7 +84,7 @@ struct MessageBufferReuseTests {
             .data
         }
         for index in datas.indices {
-            _ = try Self.frames(of: &datas[index], number: UInt64(index + 1), encoder: encoder)
+            _ = try encoder.allFrames(of: &datas[index], number: UInt64(index + 1), frameSize: 1024)
             encoder.recycle(&datas[index])
         }
         #expect(encoder.spareBufferCount == BLIPFrameEncoder.maximumSpareBuffers)
@@ -111,7 +92,7 @@ struct MessageBufferReuseTests {
         let emptied = BLIPFrameEncoder(dialect: .blip3)
         let large = ByteBuffer(repeating: 1, count: BLIPFrameEncoder.maximumSpareCapacity + 1)
         var data = try emptied.makeMessageData(properties: [:], body: large, compressed: false).data
-        _ = try Self.frames(of: &data, number: 1, encoder: emptied)
+        _ = try emptied.allFrames(of: &data, number: 1, frameSize: 1024)
         emptied.recycle(&data)
         #expect(emptied.spareBufferCount == 0)
     }
