@@ -135,17 +135,13 @@ public struct BLIPMessageReader {
             throw BLIPWireError(.propertiesTooLarge(length: length, limit: self.maximumPropertiesSize), offset: 0)
         }
         guard buffer.readableBytes - prefixLength >= Int(length) else { return nil }
-        // Decoded here, not through `BLIPPropertyCodec.read`, which would read the prefix a second time.
-        let properties = try buffer.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
-            let block = UnsafeRawBufferPointer(rebasing: bytes[prefixLength..<(prefixLength + Int(length))])
-            do throws(BLIPWireError) {
-                return try BLIPPropertyCodec.decodeBlock(block, dialect: self.dialect)
-            } catch {
-                throw error.shifted(by: prefixLength)
-            }
-        }
-        buffer.moveReaderIndex(forwardBy: prefixLength + Int(length))
-        return properties
+        // The prefix is read already: `BLIPPropertyCodec.read` would read it a second time.
+        return try BLIPPropertyCodec.readBlock(
+            from: &buffer,
+            prefixLength: prefixLength,
+            length: Int(length),
+            dialect: self.dialect
+        )
     }
 
     private mutating func readBody(_ payload: ByteBuffer) throws(BLIPWireError) -> ByteBuffer {

@@ -71,15 +71,26 @@ public enum BLIPPropertyCodec {
         guard length <= UInt64(available) else {
             throw BLIPWireError(.propertiesLengthExceedsData(declared: length, available: available), offset: 0)
         }
+        return try self.readBlock(from: &buffer, prefixLength: prefixLength, length: Int(length), dialect: dialect)
+    }
+
+    /// Decodes the block whose prefix (`prefixLength` bytes, giving `length`) is at the reader index, all of
+    /// it in `buffer`, and moves past it; error offsets are relative to the reader index.
+    static func readBlock(
+        from buffer: inout ByteBuffer,
+        prefixLength: Int,
+        length: Int,
+        dialect: BLIPDialect
+    ) throws(BLIPWireError) -> BLIPProperties {
         let properties = try buffer.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
-            let block = UnsafeRawBufferPointer(rebasing: bytes[prefixLength..<(prefixLength + Int(length))])
+            let block = UnsafeRawBufferPointer(rebasing: bytes[prefixLength..<(prefixLength + length)])
             do throws(BLIPWireError) {
                 return try self.decodeBlock(block, dialect: dialect)
             } catch {
                 throw error.shifted(by: prefixLength)
             }
         }
-        buffer.moveReaderIndex(forwardBy: prefixLength + Int(length))
+        buffer.moveReaderIndex(forwardBy: prefixLength + length)
         return properties
     }
 
