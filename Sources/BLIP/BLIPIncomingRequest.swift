@@ -89,19 +89,19 @@ public struct BLIPIncomingRequests: AsyncSequence, Sendable {
 
 extension ConnectionCore {
     func nextUnhandledRequest() async -> BLIPIncomingRequest? {
-        await self.handOffThatCannotFail { (continuation: CheckedContinuation<BLIPIncomingRequest?, Never>) in
+        await self.handOffThatCannotFail { (continuation: WaiterContinuation<BLIPIncomingRequest?, Never>) in
             var effects = Effects()
             self.state.withLockedValue { state in
                 if let request = state.unhandled.popFirst() {
                     self.updateReading(&state, effects: &effects)
                     effects.later { continuation.resume(returning: request) }
-                } else if state.closeError != nil || state.unhandledWaiter != nil {
+                } else if state.isClosed || state.unhandledWaiter != nil {
                     effects.later { continuation.resume(returning: nil) }  // closed, or one reader at a time
                 } else {
                     state.unhandledWaiter = continuation
                 }
             }
-            self.perform(effects)
+            self.perform(&effects)
         }
     }
 
@@ -110,6 +110,6 @@ extension ConnectionCore {
         guard bytes > 0 else { return }
         var effects = Effects()
         self.state.withLockedValue { state in self.release(bytes, &state, effects: &effects) }
-        self.perform(effects)
+        self.perform(&effects)
     }
 }

@@ -223,28 +223,27 @@ extension BLIPConnectionEngine {
             tooLarge = tooLarge || body.readableBytes > self.configuration.maximumIncomingMessageSize
         }
         let flags = frame.header.flags
-        var event: BLIPEngineEvent?
-        if tooLarge, let request = admission.request {
-            event = .messageFailed(id, request: request, self.tooLargeError(id))
-        } else if !tooLarge, let properties {
-            event = .messageStarted(
-                BLIPIncomingMessage(
-                    id: id,
-                    type: frame.header.type,
-                    flags: flags,
-                    properties: properties,
-                    body: body,
-                    isComplete: true,
-                    request: admission.request
-                )
-            )
-        }
         var wakeWriter = false
         if id.isRequest {
             if tooLarge { self.dropUnanswered(id.number) }
             wakeWriter = try self.requestCompleted(id.number, discarded: tooLarge, refusedEarly: false, flags: flags)
         }
-        return BLIPReceiveResult(event: event, wakeWriter: wakeWriter)
+        // The event is made last, in the result: made before `requestCompleted`, it was copied into it.
+        if tooLarge, let request = admission.request {
+            let error = self.tooLargeError(id)
+            return BLIPReceiveResult(event: .messageFailed(id, request: request, error), wakeWriter: wakeWriter)
+        }
+        guard !tooLarge, let properties else { return BLIPReceiveResult(wakeWriter: wakeWriter) }
+        let message = BLIPIncomingMessage(
+            id: id,
+            type: frame.header.type,
+            flags: flags,
+            properties: properties,
+            body: body,
+            isComplete: true,
+            request: admission.request
+        )
+        return BLIPReceiveResult(event: .messageStarted(message), wakeWriter: wakeWriter)
     }
 
     struct Admission {

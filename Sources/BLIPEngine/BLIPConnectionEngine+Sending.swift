@@ -54,18 +54,19 @@ extension BLIPConnectionEngine {
 
         let id = BLIPOutgoingID(rawValue: self.nextOutgoingID)
         self.nextOutgoingID += 1
+        let dataBytes = data.readableBytes
         let state = OutgoingMessageState(
             id: id,
             type: message.type,
             number: number,
             flags: flags,
-            data: data,
+            data: consume data,  // moved: it was copied into the state, then destroyed here
             isBodyComplete: { if case .buffer = message.body { true } else { false } }(),
             isStreamed: { if case .streamed = message.body { true } else { false } }(),
             streamsReply: message.streamsReply && message.type == .request
         )
         self.outgoing[id] = state
-        if state.type != .request { self.replyBytesQueued += data.readableBytes }
+        if state.type != .request { self.replyBytesQueued += dataBytes }
 
         if var request {
             if request.isComplete {

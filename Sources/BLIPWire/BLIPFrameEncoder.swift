@@ -125,13 +125,11 @@ public final class BLIPFrameEncoder {
                 dialect: self.dialect,
                 maximumSize: self.configuration.maximumPropertiesSize
             )
-            let data = BLIPMessageData(
-                properties: properties,
-                blockLength: blockLength,
-                dialect: self.dialect,
-                body: body
+            // Made in the return: a local `data` was copied into the returned tuple.
+            return (
+                BLIPMessageData(properties: properties, blockLength: blockLength, dialect: self.dialect, body: body),
+                false
             )
-            return (data, false)
         }
         // Sized up front: a buffer that grows while it is written costs a copy and two more allocations.
         let propertiesSize = Self.propertiesSizeBound(properties)

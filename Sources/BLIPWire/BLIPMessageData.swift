@@ -42,9 +42,10 @@ public struct BLIPMessageData: Sendable {
     /// The block of `properties`, checked already (`blockLength` is its length without the prefix), then
     /// `body`; the block is encoded when the data is framed.
     init(properties: BLIPProperties, blockLength: Int, dialect: BLIPDialect, body: ByteBuffer) {
-        self.init(body)
+        // Each field set here, not through `init(_:)`: delegating made a copy of the whole value.
+        self.head = body
         self.unencoded = UnencodedProperties(properties: properties, blockLength: blockLength, dialect: dialect)
-        self.readableBytes += BLIPVarint.encodedLength(of: UInt64(blockLength)) + blockLength
+        self.readableBytes = body.readableBytes + BLIPVarint.encodedLength(of: UInt64(blockLength)) + blockLength
     }
 
     /// Whether all of the data is an unencoded property block and one body buffer, so that

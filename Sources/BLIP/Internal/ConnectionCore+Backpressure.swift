@@ -55,7 +55,7 @@ extension ConnectionCore {
 
     /// `bytes` held for the peer were let go of (a handler finished, a reader read).
     func release(_ bytes: Int, _ state: inout State, effects: inout Effects) {
-        guard state.closeError == nil, bytes > 0 else { return }
+        guard !state.isClosed, bytes > 0 else { return }
         state.buffered -= bytes
         self.relieveWithheld(&state, effects: &effects)
         self.updateReading(&state, effects: &effects)
@@ -172,11 +172,11 @@ extension ConnectionCore {
     func writabilityChanged(_ isWritable: Bool) {
         var effects = Effects()
         self.state.withLockedValue { state in
-            guard state.closeError == nil else { return }
+            guard !state.isClosed else { return }
             state.isWritable = isWritable
             self.updateReplyBacklog(&state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 
     func updateReplyBacklog(_ state: inout State, effects: inout Effects) {

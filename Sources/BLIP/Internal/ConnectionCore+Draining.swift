@@ -29,10 +29,10 @@ extension ConnectionCore {
     private func quiet() async -> Bool {
         let token = self.makeToken()
         await withTaskCancellationHandler {
-            await self.handOffThatCannotFail { (continuation: CheckedContinuation<Void, Never>) in
+            await self.handOffThatCannotFail { (continuation: WaiterContinuation<Void, Never>) in
                 let waits = self.state.withLockedValue { state -> Bool in
                     state.isDraining = true
-                    guard !Task.isCancelled, state.closeError == nil, !Self.isQuiet(state) else { return false }
+                    guard !Task.isCancelled, !state.isClosed, !Self.isQuiet(state) else { return false }
                     state.drainWaiters[token] = continuation
                     self.drainIsWaiting.store(true, ordering: .relaxed)
                     return true
@@ -43,17 +43,17 @@ extension ConnectionCore {
             let waiter = self.state.withLockedValue { $0.drainWaiters.removeValue(forKey: token) }
             waiter?.resume()
         }
-        return self.state.withLockedValue { $0.closeError != nil || Self.isQuiet($0) }
+        return self.state.withLockedValue { $0.isClosed || Self.isQuiet($0) }
     }
 
     /// Resumes the graceful closes waiting, once nothing is in flight (or the connection closed).
     func resumeDrainWaitersIfQuiet() {
-        let waiters = self.state.withLockedValue { state -> [CheckedContinuation<Void, Never>] in
+        let waiters = self.state.withLockedValue { state -> [WaiterContinuation<Void, Never>] in
             guard !state.drainWaiters.isEmpty else {
                 self.drainIsWaiting.store(false, ordering: .relaxed)  // the last one was cancelled
                 return []
             }
-            guard state.closeError != nil || Self.isQuiet(state) else { return [] }
+            guard state.isClosed || Self.isQuiet(state) else { return [] }
             defer { state.drainWaiters.removeAll() }
             self.drainIsWaiting.store(false, ordering: .relaxed)
             return Array(state.drainWaiters.values)

@@ -62,7 +62,7 @@ extension ConnectionCore {
             guard let next = self.handlerFinished(charge: work.charge, &state, effects: &effects) else { return }
             self.startInTask(next, &state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 
     /// Has `work`, whose slot is taken, run after the lock in a handler task: an idle one if one waits,
@@ -99,13 +99,13 @@ extension ConnectionCore {
                 var effects = Effects()
                 let next = self.state.withLockedValue { state -> Work?? in
                     if let next = self.handlerFinished(charge: charge, &state, effects: &effects) { return next }
-                    guard state.closeError == nil, !Task.isCancelled,
+                    guard !state.isClosed, !Task.isCancelled,
                         state.idleHandlerTasks.count < Self.maximumIdleHandlerTasks
                     else { return .some(nil) }
                     state.idleHandlerTasks.append(continuation)
                     return .none
                 }
-                self.perform(effects)
+                self.perform(&effects)
                 if let next { continuation.resume(returning: next) }
             }
         } onCancel: {
@@ -122,7 +122,7 @@ extension ConnectionCore {
     /// its slot (returned), or the slot is free.
     private func handlerFinished(charge: Int, _ state: inout State, effects: inout Effects) -> Work? {
         self.release(charge, &state, effects: &effects)
-        guard state.closeError == nil, let next = state.pendingWork.popFirst() else {
+        guard !state.isClosed, let next = state.pendingWork.popFirst() else {
             state.runningHandlers -= 1
             return nil
         }

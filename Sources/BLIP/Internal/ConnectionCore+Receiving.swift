@@ -11,10 +11,10 @@ extension ConnectionCore {
         var effects = Effects()
         self.metrics.bytesReceived.increment(by: Int64(frame.readableBytes))
         self.state.withLockedValue { state in
-            guard state.closeError == nil else { return }
+            guard !state.isClosed else { return }
             state.statistics.framesReceived += 1
             state.statistics.bytesReceived += frame.readableBytes
-            let result: BLIPReceiveResult
+            var result: BLIPReceiveResult
             do throws(BLIPEngineError) {
                 result = try state.engine.receive(frame, now: .now())
             } catch {
@@ -25,13 +25,14 @@ extension ConnectionCore {
             if let acknowledged = result.acknowledged {
                 self.progressAcknowledged(acknowledged, &state, effects: &effects)
             }
-            if let event = result.event { self.handle(event, &state, effects: &effects) }
+            // Taken, not bound: binding copies the event (its message, properties and body) out of the result.
+            if let event = result.event.take() { self.handle(event, &state, effects: &effects) }
             // Property blocks still arriving are held by the engine: they count too.
-            if state.closeError == nil && self.checkHardLimit(&state, effects: &effects) {
+            if !state.isClosed && self.checkHardLimit(&state, effects: &effects) {
                 self.updateReading(&state, effects: &effects)
             }
         }
-        self.perform(effects)
+        self.perform(&effects)
         if self.tracesFrames {
             self.logger.trace("received frame", metadata: ["blip.length": "\(frame.readableBytes)"])
         }
@@ -204,7 +205,7 @@ extension ConnectionCore {
             state.streams[message.id] = BodyStreamState()
             if !message.isComplete { state.inbound[message.id] = .streamed }
             self.yield(message.body, isComplete: message.isComplete, to: message.id, &state, effects: &effects)
-            guard state.closeError == nil else {
+            guard !state.isClosed else {
                 effects.released.append(request)
                 return
             }
@@ -389,7 +390,8 @@ extension ConnectionCore {
     /// profile, and comparing a string costs less than hashing it.
     private func route(for properties: BLIPProperties, _ state: inout State) -> BLIPRouter.Route? {
         guard let profile = properties.profile else { return nil }
-        if let last = state.lastRoute, last.profile == profile { return last.route }
+        // Read in place: binding the cached pair copied it (profile and route) for every request.
+        if state.lastRoute?.profile == profile { return state.lastRoute?.route }
         let route = self.router.route(forProfile: profile)
         state.lastRoute = (profile, route)
         return route

@@ -26,7 +26,7 @@ extension ConnectionCore {
             if state.readingPaused { self.updateReading(&state, effects: &effects) }
             return id
         }
-        self.perform(effects)
+        self.perform(&effects)
         return id
     }
 
@@ -41,7 +41,7 @@ extension ConnectionCore {
             Self.fail(waiter, error, effects: &effects)
             self.abandonOutgoing(id, &state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 }
 

@@ -91,13 +91,13 @@ extension ConnectionCore {
             self.progressFailed(request: id, &state, effects: &effects)
             self.abandonOutgoing(id, &state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 
     /// Tells the engine one of our messages is abandoned. A streamed body that stopped after its first
     /// frame cannot be finished: the connection closes (1011, our failure, not the peer's).
     func abandonOutgoing(_ id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
-        guard state.closeError == nil else { return }
+        guard !state.isClosed else { return }
         do throws(BLIPEngineError) {
             _ = try state.engine.cancel(id)
             self.updateReplyBacklog(&state, effects: &effects)
@@ -111,7 +111,7 @@ extension ConnectionCore {
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
         try await withCancellationHandlerOnCallersExecutor {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            try await withWaiterContinuation { (continuation: WaiterContinuation<Void, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
                     guard
@@ -127,7 +127,7 @@ extension ConnectionCore {
                     state.sendWaiters[id] = continuation
                     if state.readingPaused { self.updateReading(&state, effects: &effects) }
                 }
-                self.perform(effects)
+                self.perform(&effects)
             }
         } onCancel: {
             self.cancel(token: token)
@@ -170,9 +170,9 @@ extension ConnectionCore {
         token: UInt64,
         progress: ProgressReporter?,
         started: AsyncStream<BLIPOutgoingID>.Continuation?,
-        waiter: @escaping (CheckedContinuation<Reply, any Error>) -> ReplyWaiter
+        waiter: @escaping (WaiterContinuation<Reply, any Error>) -> ReplyWaiter
     ) async throws -> Reply {
-        try await self.handOff { (continuation: CheckedContinuation<Reply, any Error>) in
+        try await self.handOff { (continuation: WaiterContinuation<Reply, any Error>) in
             var effects = Effects()
             self.state.withLockedValue { state in
                 guard
@@ -191,7 +191,7 @@ extension ConnectionCore {
                 if state.readingPaused { self.updateReading(&state, effects: &effects) }
             }
             started?.finish()
-            self.perform(effects)
+            self.perform(&effects)
         }
     }
 
@@ -201,7 +201,7 @@ extension ConnectionCore {
         _ message: BLIPOutgoingMessage,
         token: UInt64?,
         progress: ProgressReporter?,
-        failing continuation: CheckedContinuation<Value, any Error>,
+        failing continuation: WaiterContinuation<Value, any Error>,
         _ state: inout State,
         effects: inout Effects
     ) -> BLIPOutgoingID? {
@@ -268,7 +268,7 @@ extension ConnectionCore {
             }
             self.abandonOutgoing(id, &state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 
     /// Feeds a streamed body, waiting whenever the engine has enough of it queued.
@@ -285,7 +285,7 @@ extension ConnectionCore {
     }
 
     func appendBody(_ chunk: ByteBuffer, to id: BLIPOutgoingID, isComplete: Bool) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        try await withWaiterContinuation { (continuation: WaiterContinuation<Void, any Error>) in
             var effects = Effects()
             self.state.withLockedValue { state in
                 if let closeError = state.closeError {
@@ -306,7 +306,7 @@ extension ConnectionCore {
                     if state.readingPaused { self.updateReading(&state, effects: &effects) }
                 }
             }
-            self.perform(effects)
+            self.perform(&effects)
         }
     }
 
@@ -349,7 +349,7 @@ extension ConnectionCore {
             self.release(charge, &state, effects: &effects)
             _ = self.enqueueReply(message, to: number, &state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 
     /// Queues a reply (or ERR) to the peer's request `number`; one that cannot be encoded becomes ERR
@@ -392,7 +392,7 @@ extension ConnectionCore {
         var effects = Effects()
         let start = buffer.writerIndex
         let sent = self.state.withLockedValue { state -> BLIPSentFrame? in
-            guard state.closeError == nil || state.finishingReplies > 0 else { return nil }
+            guard !state.isClosed || state.finishingReplies > 0 else { return nil }
             let next: BLIPNextFrame
             do throws(BLIPEngineError) {
                 next = try state.engine.nextFrame(into: &buffer, now: .now())
@@ -432,7 +432,7 @@ extension ConnectionCore {
             }
             return frame
         }
-        self.perform(effects)
+        self.perform(&effects)
         guard let sent else { return false }
         self.metrics.bytesSent.increment(by: Int64(buffer.writerIndex - start))
         if self.tracesFrames {

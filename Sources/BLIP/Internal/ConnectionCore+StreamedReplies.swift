@@ -64,10 +64,10 @@ extension ConnectionCore {
         )
         var effects = Effects()
         let id = self.state.withLockedValue { state -> BLIPOutgoingID? in
-            guard state.closeError == nil else { return nil }
+            guard !state.isClosed else { return nil }
             return self.enqueueReply(message, to: head.number, &state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
         return id
     }
 
@@ -78,7 +78,7 @@ extension ConnectionCore {
     private func replyBodyFailed(_ number: UInt64, queued id: BLIPOutgoingID?, _ error: any Error) {
         var effects = Effects()
         self.state.withLockedValue { state in
-            guard state.closeError == nil else { return }
+            guard !state.isClosed else { return }
             self.log(
                 .error,
                 "the body of the reply to request #\(number) failed",
@@ -96,6 +96,6 @@ extension ConnectionCore {
             let failure = BLIPError(code: .internalError, message: "the reply body failed")
             self.enqueueReply(failure, to: number, &state, effects: &effects)
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 }

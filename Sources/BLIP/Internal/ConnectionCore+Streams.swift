@@ -70,10 +70,10 @@ extension ConnectionCore {
     func nextChunk(of id: BLIPIncomingID) async throws -> ByteBuffer? {
         var effects = Effects()
         let ready = self.state.withLockedValue { state in self.takeReady(id, &state, effects: &effects) }
-        self.perform(effects)
+        self.perform(&effects)
         if let ready { return try ready.get() }
         let piece = try await withCancellationHandlerOnCallersExecutor {
-            try await self.handOff { (continuation: CheckedContinuation<ByteBuffer?, any Error>) in
+            try await self.handOff { (continuation: WaiterContinuation<ByteBuffer?, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in
                     if let ready = self.takeReady(id, &state, effects: &effects) {
@@ -86,7 +86,7 @@ extension ConnectionCore {
                     }
                     state.streams[id]?.waiter = continuation
                 }
-                self.perform(effects)
+                self.perform(&effects)
             }
         } onCancel: {
             var effects = Effects()
@@ -96,7 +96,7 @@ extension ConnectionCore {
                     effects.later { waiter.resume(throwing: CancellationError()) }
                 }
             }
-            self.perform(effects)
+            self.perform(&effects)
         }
         return piece
     }
@@ -139,6 +139,6 @@ extension ConnectionCore {
                 if state.engine.drain(id) { effects.wakeWriter = true }  // nobody reads the rest
             }
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 }

@@ -64,8 +64,8 @@ final class ConnectionCore: Sendable {
     }
 
     enum ReplyWaiter {
-        case whole(CheckedContinuation<BLIPResponse, any Error>)
-        case streamed(CheckedContinuation<BLIPStreamedResponse, any Error>)
+        case whole(WaiterContinuation<BLIPResponse, any Error>)
+        case streamed(WaiterContinuation<BLIPStreamedResponse, any Error>)
         /// A caller that asked to be called back (`BLIPConnection.sendRequest(_:timeout:progress:onReply:)`).
         case callback(BLIPReplyHandler)
     }
@@ -99,7 +99,7 @@ final class ConnectionCore: Sendable {
         var keptBytes = 0
         var isComplete = false
         var failure: (any Error)?
-        var waiter: CheckedContinuation<ByteBuffer?, any Error>?
+        var waiter: WaiterContinuation<ByteBuffer?, any Error>?
     }
 
     /// Only ever touched under the connection's lock (the engine is not thread-safe).
@@ -107,9 +107,9 @@ final class ConnectionCore: Sendable {
         let engine: BLIPConnectionEngine
         var replyWaiters: [BLIPOutgoingID: ReplyWaiter] = [:]
         /// No-reply requests whose sender waits for the last frame to leave.
-        var sendWaiters: [BLIPOutgoingID: CheckedContinuation<Void, any Error>] = [:]
+        var sendWaiters: [BLIPOutgoingID: WaiterContinuation<Void, any Error>] = [:]
         /// Streamed bodies waiting for room to add more.
-        var demandWaiters: [BLIPOutgoingID: CheckedContinuation<Void, any Error>] = [:]
+        var demandWaiters: [BLIPOutgoingID: WaiterContinuation<Void, any Error>] = [:]
         /// Callers' tokens, so that a cancellation finds its message (and back, to forget them).
         var tokens: [UInt64: BLIPOutgoingID] = [:]
         var tokenOfMessage: [BLIPOutgoingID: UInt64] = [:]
@@ -117,7 +117,7 @@ final class ConnectionCore: Sendable {
         var inbound: [BLIPIncomingID: Inbound] = [:]
         var streams: [BLIPIncomingID: BodyStreamState] = [:]
         var unhandled: Deque<BLIPIncomingRequest> = []
-        var unhandledWaiter: CheckedContinuation<BLIPIncomingRequest?, Never>?
+        var unhandledWaiter: WaiterContinuation<BLIPIncomingRequest?, Never>?
         /// Handlers running, and requests waiting for one of them to finish.
         var runningHandlers = 0
         var pendingWork: Deque<Work> = []
@@ -140,11 +140,17 @@ final class ConnectionCore: Sendable {
         /// After a fatal error from the peer: bytes of replies still written before the close.
         var finishingReplies = 0
         var closeError: BLIPConnectionError?
+        /// Whether `closeError` is set. Tested by pattern, because `closeError == nil` copies the error
+        /// (its string, underlying error and status) through the runtime's generic value witnesses.
+        var isClosed: Bool {
+            if case .none = self.closeError { return false }
+            return true
+        }
         /// Set with `closeError`: how the connection ended.
         var closeStatus: BLIPCloseStatus?
         /// The close the application asked for, while the transport carries it out.
         var requestedClose: BLIPCloseReason?
-        var closeWaiters: [CheckedContinuation<BLIPCloseStatus, Never>] = []
+        var closeWaiters: [WaiterContinuation<BLIPCloseStatus, Never>] = []
         var statistics = BLIPConnectionStatistics()
         /// Our requests that report progress, until their reply starts; then their replies (see
         /// ConnectionCore+Progress).
@@ -158,7 +164,7 @@ final class ConnectionCore: Sendable {
         /// A graceful close is under way: new requests that expect a reply get ERR BLIP/503.
         var isDraining = false
         /// Graceful closes waiting for nothing to be in flight, by token.
-        var drainWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var drainWaiters: [UInt64: WaiterContinuation<Void, Never>] = [:]
     }
 
     /// What to do after leaving the lock.
@@ -189,6 +195,12 @@ final class ConnectionCore: Sendable {
             self.reply = (waiter, response)
             self.hasReply = true
             return true
+        }
+
+        /// Takes ``reply`` out (nil if none).
+        mutating func takeReply() -> (ReplyWaiter, BLIPResponse)? {
+            self.hasReply = false
+            return self.reply.take()
         }
 
         mutating func later(_ action: @escaping @Sendable () -> Void) {
@@ -234,9 +246,10 @@ final class ConnectionCore: Sendable {
     }
 
     /// Does what an operation decided under the lock. Objects in `effects.released` go when the caller's
-    /// `effects` does, after this returns, also outside the lock.
-    func perform(_ effects: Effects) {
-        if let work = effects.work {
+    /// `effects` does, after this returns, also outside the lock. In-out, so that the work and the reply
+    /// are taken out of `effects` rather than copied (a `consuming` parameter made callers copy it whole).
+    func perform(_ effects: inout Effects) {
+        if let work = effects.work.take() {
             if let idleTask = effects.idleTask {
                 idleTask.resume(returning: work)
             } else {
@@ -244,7 +257,7 @@ final class ConnectionCore: Sendable {
             }
         }
         for action in effects.deferred { action() }
-        if effects.hasReply, let (waiter, response) = effects.reply { Self.succeed(waiter, response) }
+        if effects.hasReply, let (waiter, response) = effects.takeReply() { Self.succeed(waiter, response) }
         self.count(effects.counts)
         if effects.pauseReading || effects.resumeReading { self.applyReadingToTransport() }
         if let reason = effects.closeTransport {
@@ -252,7 +265,7 @@ final class ConnectionCore: Sendable {
         } else if effects.wakeWriter {
             self.transport.wakeWriter()
         }
-        if let immediate = effects.immediate { self.handleImmediately(immediate) }
+        if let immediate = effects.immediate.take() { self.handleImmediately(immediate) }
         if self.drainIsWaiting.load(ordering: .relaxed) { self.resumeDrainWaitersIfQuiet() }
     }
 
@@ -320,7 +333,7 @@ final class ConnectionCore: Sendable {
     /// Closes the connection with `reason` (unless it is closed already) and waits until it is closed.
     func close(_ reason: BLIPCloseReason) async -> BLIPCloseStatus {
         let isOpen = self.state.withLockedValue { state in
-            guard state.closeError == nil else { return false }
+            guard !state.isClosed else { return false }
             if state.requestedClose == nil { state.requestedClose = reason }
             return true
         }
@@ -330,7 +343,7 @@ final class ConnectionCore: Sendable {
 
     /// Waits until the connection has closed.
     func closed() async -> BLIPCloseStatus {
-        await withCheckedContinuation { (continuation: CheckedContinuation<BLIPCloseStatus, Never>) in
+        await withWaiterContinuation { (continuation: WaiterContinuation<BLIPCloseStatus, Never>) in
             let status = self.state.withLockedValue { state -> BLIPCloseStatus? in
                 guard let status = state.closeStatus else {
                     state.closeWaiters.append(continuation)
@@ -342,7 +355,7 @@ final class ConnectionCore: Sendable {
         }
     }
 
-    var isClosed: Bool { self.state.withLockedValue { $0.closeError != nil } }
+    var isClosed: Bool { self.state.withLockedValue { $0.isClosed } }
 
     var closeStatus: BLIPCloseStatus? { self.state.withLockedValue { $0.closeStatus } }
 
@@ -398,7 +411,7 @@ final class ConnectionCore: Sendable {
             state.finishingReplies = 0
             _ = state.engine.close()
         }
-        self.perform(effects)
+        self.perform(&effects)
     }
 
     /// Fails everything pending with `error` and ends the handler stream. Idempotent. With
@@ -410,7 +423,7 @@ final class ConnectionCore: Sendable {
         effects: inout Effects,
         finishingReplies: Bool = false
     ) {
-        guard state.closeError == nil else { return }
+        guard !state.isClosed else { return }
         let error = {
             var error = error
             error.closeStatus = status
@@ -545,7 +558,7 @@ final class ConnectionCore: Sendable {
         _ state: inout State,
         effects: inout Effects
     ) {
-        guard state.closeError == nil else { return }
+        guard !state.isClosed else { return }
         self.log(
             byPeer ? .error : .critical,
             byPeer ? "the peer broke the protocol" : "connection failed",

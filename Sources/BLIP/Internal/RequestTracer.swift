@@ -3,8 +3,9 @@ internal import NIOCore
 internal import Tracing
 
 /// The spans of one connection's requests (see ``BLIPConnection/TracingConfiguration``); a connection
-/// without tracing has none, so that its requests pay one nil check.
-struct RequestTracer: Sendable {
+/// without tracing has none, so that its requests pay one nil check. A class: an optional reference is
+/// checked for nil in place, where an optional struct holding an existential is copied to be checked.
+final class RequestTracer: Sendable {
     let tracer: any Tracer
     let propagatesTraceContext: Bool
 
