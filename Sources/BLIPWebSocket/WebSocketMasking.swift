@@ -21,10 +21,12 @@ extension ByteBuffer {
                 base.storeBytes(of: word ^ wide.littleEndian, toByteOffset: index, as: UInt64.self)
                 index += 8
             }
-            let tail = withUnsafeBytes(of: rotated.littleEndian) { Array($0) }
+            // The last bytes one at a time: byte i of the rotated key, in wire order, is `rotated >> 8i`
+            // (shifted out, not copied into an array, which cost an allocation per frame).
             while index < count {
+                let keyByte = UInt8(truncatingIfNeeded: rotated >> UInt32((index & 3) * 8))
                 base.storeBytes(
-                    of: base.load(fromByteOffset: index, as: UInt8.self) ^ tail[index & 3],
+                    of: base.load(fromByteOffset: index, as: UInt8.self) ^ keyByte,
                     toByteOffset: index,
                     as: UInt8.self
                 )
