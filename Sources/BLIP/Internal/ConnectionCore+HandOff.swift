@@ -6,14 +6,20 @@ extension ConnectionCore {
     /// await passes the value through the continuation's atomic status alone, which the Swift runtime does
     /// not report to ThreadSanitizer on that path; taking the lock the value was handed under once more
     /// (uncontended) makes the hand-off visible to it, whichever path the runtime took.
-    func handOff<Value>(_ register: (WaiterContinuation<Value, any Error>) -> Void) async throws -> Value {
+    func handOff<Value>(
+        function: String = #function,
+        _ register: (WaiterContinuation<Value, any Error>) -> Void
+    ) async throws -> Value {
         defer { self.state.withLockedValue { _ in } }
-        return try await withWaiterContinuation(register)
+        return try await withWaiterContinuation(function: function, register)
     }
 
     /// ``handOff(_:)`` for what cannot fail.
-    func handOffThatCannotFail<Value>(_ register: (WaiterContinuation<Value, Never>) -> Void) async -> Value {
+    func handOffThatCannotFail<Value>(
+        function: String = #function,
+        _ register: (WaiterContinuation<Value, Never>) -> Void
+    ) async -> Value {
         defer { self.state.withLockedValue { _ in } }
-        return await withWaiterContinuation(register)
+        return await withWaiterContinuation(function: function, register)
     }
 }

@@ -12,24 +12,27 @@
 #endif
 
 /// Suspends the calling task until `register`'s continuation is resumed (see ``WaiterContinuation``).
+/// `function` names the waiting operation in a checked continuation's misuse reports.
 func withWaiterContinuation<Value>(
     isolation: isolated (any Actor)? = #isolation,
+    function: String = #function,
     _ register: (WaiterContinuation<Value, any Error>) -> Void
 ) async throws -> Value {
     #if DEBUG
-        try await withCheckedThrowingContinuation(isolation: isolation, register)
+        try await withCheckedThrowingContinuation(isolation: isolation, function: function, register)
     #else
         try await withUnsafeThrowingContinuation(isolation: isolation, register)
     #endif
 }
 
-/// ``withWaiterContinuation(isolation:_:)`` for what cannot fail.
+/// ``withWaiterContinuation(isolation:function:_:)`` for what cannot fail.
 func withWaiterContinuation<Value>(
     isolation: isolated (any Actor)? = #isolation,
+    function: String = #function,
     _ register: (WaiterContinuation<Value, Never>) -> Void
 ) async -> Value {
     #if DEBUG
-        await withCheckedContinuation(isolation: isolation, register)
+        await withCheckedContinuation(isolation: isolation, function: function, register)
     #else
         await withUnsafeContinuation(isolation: isolation, register)
     #endif
