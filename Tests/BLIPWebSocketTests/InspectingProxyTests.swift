@@ -272,7 +272,16 @@ struct InspectingProxyTests {
             try await withProxy(upstream: "ws://127.0.0.1:\(server.port)", configure: { $0.decodes = false }) {
                 proxy,
                 log in
-                try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/db") { connection in
+                // The server's close code is read from the proxy's log: as in `relaysEachDialect`, the client
+                // waits for that close as long as a hang bound allows. With the default 2 s, the clean-clone CI
+                // once relayed it too late under the full suite's load (this test took 15 s), the client hung up
+                // first, and the server's 1000 went unseen.
+                var configuration = BLIPWebSocketClient.Configuration()
+                configuration.closeTimeout = .seconds(60)
+                try await BLIPWebSocketClient.connect(
+                    to: "ws://127.0.0.1:\(proxy.port)/db",
+                    configuration: configuration
+                ) { connection in
                     let body = pattern(300_000)
                     let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", body: body))
                     #expect(reply.body == body)
