@@ -66,9 +66,7 @@ extension ConnectionCore {
                     Self.fail(waiter, failure, effects: &effects)
                 }
                 // A reply that failed in its first frame never started: its caller's token goes here.
-                if !state.tokenOfMessage.isEmpty, let token = state.tokenOfMessage.removeValue(forKey: request) {
-                    state.tokens.removeValue(forKey: token)
-                }
+                state.forgetToken(of: request)
                 self.progressFailed(request: request, &state, effects: &effects)
             }
             self.progressFailed(reply: id, &state, effects: &effects)
@@ -403,10 +401,7 @@ extension ConnectionCore {
             if !message.isComplete && state.engine.drain(message.id) { effects.wakeWriter = true }
             return
         }
-        // Callers called back have no token: an empty table is not hashed into.
-        if !state.tokenOfMessage.isEmpty, let token = state.tokenOfMessage.removeValue(forKey: request) {
-            state.tokens.removeValue(forKey: token)
-        }
+        state.forgetToken(of: request)
         self.progressReplyStarted(message, to: request, &state, effects: &effects)
         if case .streamed(let continuation) = waiter, message.type == .response {
             state.streams[message.id] = BodyStreamState()

@@ -420,9 +420,7 @@ extension ConnectionCore {
                 // Most messages have no waiter: the emptiness checks skip hashing the id for each frame.
                 if frame.isLastFrame, !state.sendWaiters.isEmpty, let waiter = state.sendWaiters.removeValue(forKey: id)
                 {
-                    if let token = state.tokenOfMessage.removeValue(forKey: id) {
-                        state.tokens.removeValue(forKey: token)
-                    }
+                    state.forgetToken(of: id)
                     effects.later { waiter.resume() }
                 }
                 if !state.demandWaiters.isEmpty, let waiter = state.demandWaiters[id], state.engine.wantsBody(id) {

@@ -146,6 +146,15 @@ final class ConnectionCore: Sendable {
             if case .none = self.closeError { return false }
             return true
         }
+
+        /// Forgets the caller's token of `message`, once its wait has ended. Callers called back have no
+        /// token: an empty table is not hashed into.
+        mutating func forgetToken(of message: BLIPOutgoingID) {
+            guard !self.tokenOfMessage.isEmpty, let token = self.tokenOfMessage.removeValue(forKey: message) else {
+                return
+            }
+            self.tokens.removeValue(forKey: token)
+        }
         /// Set with `closeError`: how the connection ended.
         var closeStatus: BLIPCloseStatus?
         /// The close the application asked for, while the transport carries it out.
