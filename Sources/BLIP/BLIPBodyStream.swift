@@ -3,7 +3,8 @@ public import NIOCore
 
 /// A message body handed out as it arrives. Reading it is what lets the peer send more: until a piece is
 /// read, no ACK covers it, so a slow reader holds the sender back instead of buffering without bound.
-/// Dropping the stream unread discards the rest of the body.
+/// Dropping the stream unread discards the rest of the body. One task reads at a time: a second task that
+/// asks for the next piece while another waits for one gets ``BLIPConnectionError/Code/alreadyReading``.
 public struct BLIPBodyStream: AsyncSequence, Sendable {
     public typealias Element = ByteBuffer
     public typealias Failure = any Error

@@ -15,6 +15,7 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
             case limitExceeded
             case timedOut
             case tlsFailed
+            case alreadyReading
         }
 
         private var base: Base
@@ -45,6 +46,9 @@ public struct BLIPConnectionError: Error, Hashable, CustomStringConvertible {
         /// The TLS handshake failed: the server's certificate is not trusted (or not the pinned one), or the
         /// server refused this client's certificate, or its lack of one (mutual TLS).
         public static let tlsFailed = Code(base: .tlsFailed)
+        /// Another task is already waiting for this body stream's next piece: a body stream has one reader
+        /// at a time. The waiting reader is not disturbed.
+        public static let alreadyReading = Code(base: .alreadyReading)
 
         public var description: String { String(describing: self.base) }
     }

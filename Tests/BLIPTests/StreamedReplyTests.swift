@@ -276,6 +276,77 @@ struct StreamedReplyTests {
         #expect(meter.iteratorsAlive == 0)
     }
 
+    /// Regression: a second reader's waiter replaced the first one's, so the first waited forever (even past
+    /// the connection's close) and nothing showed the misuse.
+    @Test("a second task reading a body stream while another waits gets alreadyReading; the first is unharmed")
+    func secondReaderTurnedAway() async throws {
+        let meter = BodyMeter()
+        var router = BLIPRouter()
+        router.register(profile: "stalling") { _, _ in
+            BLIPResponse(bodyStream: MeteredBody(total: 1 << 20, chunk: 10_000, stallsAfter: 2, meter: meter))
+        }
+        let (client, server) = BLIPInMemoryTransport.makePair()
+        let serverConnection = BLIPConnection(transport: server, router: router)
+        let serverRun = Task { await serverConnection.run() }
+        let clientConnection = BLIPConnection(transport: client)
+        let clientRun = Task { await clientConnection.run() }
+        let reply = try await clientConnection.sendRequestStreamingReply(BLIPRequest(profile: "stalling"))
+
+        let firstOutcome = NIOLockedValueBox<Result<Int, any Error>?>(nil)
+        let firstReader = Task {
+            do {
+                var total = 0
+                for try await piece in reply.body { total += piece.readableBytes }
+                firstOutcome.withLockedValue { $0 = .success(total) }
+            } catch {
+                firstOutcome.withLockedValue { $0 = .failure(error) }
+            }
+        }
+        // The first reader has read the two pieces and waits for a third (5 s at most).
+        let isWaiting = {
+            clientConnection.core.state.withLockedValue { $0.streams.values.contains { $0.waiter != nil } }
+        }
+        for _ in 0..<500 where !isWaiting() { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(isWaiting())
+
+        let secondOutcome = NIOLockedValueBox<Result<ByteBuffer?, any Error>?>(nil)
+        let secondReader = Task {
+            var iterator = reply.body.makeAsyncIterator()
+            do {
+                let piece = try await iterator.next()
+                secondOutcome.withLockedValue { $0 = .success(piece) }
+            } catch {
+                secondOutcome.withLockedValue { $0 = .failure(error) }
+            }
+        }
+        for _ in 0..<500 where secondOutcome.withLockedValue({ $0 }) == nil {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        switch secondOutcome.withLockedValue({ $0 }) {
+        case .failure(let error as BLIPConnectionError): #expect(error.code == .alreadyReading)
+        case nil: Issue.record("the second reader got no answer within 5 s")
+        case let other?: Issue.record("the second reader got \(other), not alreadyReading")
+        }
+        #expect(firstOutcome.withLockedValue { $0 } == nil, "the first reader still waits")
+
+        // The close reaches the first reader: its wait was not lost (10 s at most).
+        await clientConnection.close()
+        for _ in 0..<1_000 where firstOutcome.withLockedValue({ $0 }) == nil {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        switch firstOutcome.withLockedValue({ $0 }) {
+        case .failure(let error as BLIPConnectionError): #expect(error.code == .connectionClosed)
+        case nil: Issue.record("the first reader got no answer within 10 s of the close")
+        case let other?: Issue.record("the first reader got \(other) at the close")
+        }
+        if firstOutcome.withLockedValue({ $0 }) != nil {
+            await firstReader.value
+            await secondReader.value
+            _ = await serverRun.value
+            _ = await clientRun.value
+        }
+    }
+
     @Test("a no-reply request's streamed reply is never pulled")
     func noReplyNeverPulled() async throws {
         let meter = BodyMeter()

@@ -101,14 +101,24 @@ extension ConnectionCore {
         return piece
     }
 
-    /// What a reader gets without waiting: a kept piece (now consumed), the end, or the stream's failure;
-    /// nil if it has to wait.
+    static var alreadyReadingError: BLIPConnectionError {
+        BLIPConnectionError(.alreadyReading, "another task is already reading this body stream")
+    }
+
+    /// What a reader gets without waiting: a kept piece (now consumed), the end, the stream's failure, or
+    /// `alreadyReading` while another reader waits; nil if it has to wait.
     private func takeReady(
         _ id: BLIPIncomingID,
         _ state: inout State,
         effects: inout Effects
     ) -> Result<ByteBuffer?, any Error>? {
         guard var stream = state.streams[id] else { return .success(nil) }
+        if stream.waiter != nil {
+            // A second reader would take the first one's place, and the first would wait forever. (Two that
+            // arrive at once both pass the first look; if the one turned away is cancelled meanwhile, its
+            // cancellation reaches the waiting one: each still gets exactly one answer.)
+            return .failure(Self.alreadyReadingError)
+        }
         if let failure = stream.failure {
             state.streams.removeValue(forKey: id)
             return .failure(failure)
