@@ -60,8 +60,8 @@ struct ProxyBulkTests {
         }
     }
 
-    /// Sends the bulk message, and urgent echoes once it is under way; every reply must be right, and the
-    /// urgent ones must not wait for the bulk one.
+    /// Sends the bulk message, and urgent echoes once its first MiB has left; every reply must be right, and
+    /// the urgent ones must not wait for the bulk one.
     static func run(
         target: String,
         configuration: BLIPWebSocketClient.Configuration,
@@ -72,19 +72,30 @@ struct ProxyBulkTests {
         try await BLIPWebSocketClient.connect(to: target, configuration: configuration, eventLoopGroup: group) {
             connection in
             let started = ContinuousClock.now
+            // Gated on the bulk's progress, not on a sleep: a release build sends 64 MiB in about 60 ms, and a
+            // 50 ms sleep (overslept on a loaded machine) let it finish before the urgent requests went out.
+            let (underWay, underWaySignal) = AsyncStream.makeStream(of: Void.self)
             async let bulk = {
-                let reply = try await connection.sendRequest(BLIPRequest(profile: "sink", body: body))
+                let reply = try await connection.sendRequest(BLIPRequest(profile: "sink", body: body)) { progress in
+                    if progress.bytesSent >= 1 << 20 { underWaySignal.yield() }
+                    if progress.bytesSent >= 1 << 20 || progress.state.isFinal { underWaySignal.finish() }
+                }
                 return (reply, ContinuousClock.now)
             }()
-            try await Task.sleep(for: .milliseconds(50))
-            var urgentDone: [ContinuousClock.Instant] = []
-            for number in 0..<10 {
-                let reply = try await connection.sendRequest(
-                    BLIPRequest(profile: "echo", text: "u\(number)", urgent: true)
-                )
-                #expect(reply.body == ByteBuffer(string: "u\(number)"))
-                urgentDone.append(.now)
+            for await _ in underWay { break }
+            let urgentDone = try await withThrowingTaskGroup(of: ContinuousClock.Instant.self) { group in
+                for number in 0..<10 {
+                    group.addTask {
+                        let reply = try await connection.sendRequest(
+                            BLIPRequest(profile: "echo", text: "u\(number)", urgent: true)
+                        )
+                        #expect(reply.body == ByteBuffer(string: "u\(number)"))
+                        return .now
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
             }
+            #expect(urgentDone.count == 10)
             let (reply, finished) = try await bulk
             #expect(reply.properties["Count"] == "\(Self.bulkSize)")
             #expect(urgentDone.allSatisfy { $0 < finished }, "the urgent replies came before the bulk one")
