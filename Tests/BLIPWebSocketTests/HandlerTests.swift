@@ -66,6 +66,68 @@ struct HandlerTests {
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
+    /// The frames a server or client wrote, unmasked: (opcode, payload) in order.
+    static func frames(in written: [UInt8]) -> [(opcode: UInt8, payload: [UInt8])] {
+        var frames: [(UInt8, [UInt8])] = []
+        var index = 0
+        while index + 2 <= written.count {
+            let opcode = written[index] & 0x0F
+            let masked = written[index + 1] & 0x80 != 0
+            var length = Int(written[index + 1] & 0x7F)
+            index += 2
+            if length == 126 {
+                length = Int(written[index]) << 8 | Int(written[index + 1])
+                index += 2
+            }
+            let key = masked ? Array(written[index..<index + 4]) : [0, 0, 0, 0]
+            if masked { index += 4 }
+            let payload = written[index..<index + length].enumerated().map { $0.element ^ key[$0.offset & 3] }
+            frames.append((opcode, payload))
+            index += length
+        }
+        return frames
+    }
+
+    @Test(
+        "small frames sent one after another leave in one write, a large one alone, all in order",
+        arguments: [BLIPWebSocketHandler.Role.server, .client]
+    )
+    func smallFramesShareAWrite(role: BLIPWebSocketHandler.Role) throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(role))
+        let channel = try Self.channel(handler)
+        handler.start(RawEndpoint(mode: .echo))
+        let payloads: [[UInt8]] = [[1, 2, 3], [4, 5], Array(repeating: 6, count: 5_000), [7], [8, 9]]
+        // One read carrying five binary frames, masked (key 0) towards a server, unmasked towards a client.
+        var inbound: [UInt8] = []
+        for payload in payloads {
+            inbound.append(0x82)
+            let maskBit: UInt8 = role == .server ? 0x80 : 0
+            if payload.count < 126 {
+                inbound.append(maskBit | UInt8(payload.count))
+            } else {
+                inbound += [maskBit | 126, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+            }
+            if role == .server { inbound += [0, 0, 0, 0] }
+            inbound += payload
+        }
+        try channel.writeInbound(ByteBuffer(bytes: inbound))
+        channel.embeddedEventLoop.run()
+        var writes: [[UInt8]] = []
+        while let piece = try channel.readOutbound(as: ByteBuffer.self) {
+            writes.append(Array(piece.readableBytesView))
+        }
+        // The two small frames, the large one, the last two small ones.
+        #expect(writes.map { Self.frames(in: $0).count } == [2, 1, 2])
+        let echoed = Self.frames(in: writes.flatMap { $0 })
+        #expect(echoed.map(\.opcode) == Array(repeating: 2, count: payloads.count))
+        #expect(echoed.map(\.payload) == payloads)
+        if role == .client {
+            // Each frame masked with a key of its own, inside the shared write too.
+            #expect(writes[0][1] & 0x80 != 0 && writes[0][2 + 4 + 3 + 1] & 0x80 != 0)
+        }
+        _ = try? channel.finish(acceptAlreadyClosed: true)
+    }
+
     @Test("where NIO's frame encoder is in the pipeline, frames go to it")
     func framesGoToNIOsEncoder() throws {
         let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
