@@ -1,3 +1,4 @@
+internal import BLIP
 internal import NIOCore
 
 /// Runs tasks on one NIO event loop: the task-executor preference that keeps a connection's callers and
@@ -6,7 +7,7 @@ internal import NIOCore
 /// A task that prefers it starts on that loop, and resumes there when a reply arrives (the loop resumes
 /// the continuation and runs the task in the same turn), instead of on a thread of the global pool that
 /// must be woken, and that then wakes the loop again to write.
-final class EventLoopTaskExecutor: TaskExecutor {
+final class EventLoopTaskExecutor: TaskExecutor, EventLoopBound {
     let eventLoop: any EventLoop
 
     init(_ eventLoop: any EventLoop) {

@@ -13,7 +13,7 @@ extension ConnectionCore {
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
         let message = self.outgoing(request, body: .buffer(request.body))
-        return try await withCancellationHandlerOnCallersExecutor {
+        return try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
             try await self.awaitReply(message, token: token, progress: progress, started: nil) { .whole($0) }
         } onCancel: {
             self.cancel(token: token)
@@ -27,7 +27,7 @@ extension ConnectionCore {
         let message = self.outgoing(request, body: .buffer(request.body), streamsReply: true)
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
-        return try await withCancellationHandlerOnCallersExecutor {
+        return try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
             try await self.awaitReply(message, token: token, progress: progress, started: nil) { .streamed($0) }
         } onCancel: {
             self.cancel(token: token)
@@ -110,7 +110,7 @@ extension ConnectionCore {
         let message = self.outgoing(request, body: .buffer(request.body), isNoReply: true)
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
-        try await withCancellationHandlerOnCallersExecutor {
+        try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
             try await withWaiterContinuation { (continuation: WaiterContinuation<Void, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in

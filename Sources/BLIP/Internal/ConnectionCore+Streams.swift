@@ -72,7 +72,7 @@ extension ConnectionCore {
         let ready = self.state.withLockedValue { state in self.takeReady(id, &state, effects: &effects) }
         self.perform(&effects)
         if let ready { return try ready.get() }
-        let piece = try await withCancellationHandlerOnCallersExecutor {
+        let piece = try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
             try await self.handOff { (continuation: WaiterContinuation<ByteBuffer?, any Error>) in
                 var effects = Effects()
                 self.state.withLockedValue { state in

@@ -17,6 +17,8 @@ internal import Synchronization
 /// application's ever runs while the lock is held.
 final class ConnectionCore: Sendable {
     let transport: any BLIPTransport
+    /// The transport's event loop as an actor, for callers already running there (see EventLoopIsolation).
+    let loopIsolation: EventLoopIsolation?
     let configuration: BLIPConnection.Configuration
     let router: BLIPRouter
     let logger: Logger
@@ -236,6 +238,7 @@ final class ConnectionCore: Sendable {
         identity: (any Sendable)? = nil
     ) {
         self.transport = transport
+        self.loopIsolation = (transport.taskExecutor as? any EventLoopBound).map { EventLoopIsolation($0.eventLoop) }
         self.identity = identity
         self.configuration = configuration
         self.router = router

@@ -1,0 +1,32 @@
+package import NIOCore
+
+/// What runs its tasks on one event loop: the WebSocket transport's task executor.
+package protocol EventLoopBound: AnyObject, Sendable {
+    var eventLoop: any EventLoop { get }
+}
+
+/// An actor whose executor is a connection's event loop, so that a caller already running there can be
+/// isolated to it without a switch.
+///
+/// Where NIO's event loops are Swift's global executor (the `blip` tool installs them), a task with no actor
+/// runs on a loop as that loop's serial executor. Every entry into the generic executor (which
+/// `withTaskCancellationHandler` makes for a caller with no actor) is then a real switch: a job queued on
+/// the loop. Isolated to this actor instead, the send stays where it is.
+final actor EventLoopIsolation {
+    nonisolated let eventLoop: any EventLoop
+
+    init(_ eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    nonisolated var unownedExecutor: UnownedSerialExecutor {
+        self.eventLoop.executor.asUnownedSerialExecutor()
+    }
+
+    /// Whether the current task, which has no actor, runs on this loop as its serial executor: it is on the
+    /// loop's thread and prefers no task executor (a preferred one runs it as the generic executor).
+    nonisolated var runsCurrentTask: Bool {
+        guard self.eventLoop.inEventLoop else { return false }
+        return withUnsafeCurrentTask { task in task != nil && task!.unownedTaskExecutor == nil }
+    }
+}
