@@ -66,8 +66,16 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var isPumping = false
     private var pumpAgain = false
     private var isPumpScheduled = false
-    /// A frame buffer allocated but not used by the last pump (there was nothing to send).
+    /// A frame buffer allocated but not used by the last pump (there was nothing to send), or emptied into
+    /// the batch.
     private var spareBuffer: ByteBuffer?
+    /// Small frames a pump has produced one after another, appended to the first one's buffer (which has
+    /// room for a whole frame) and written as one: one write per batch instead of one per frame (NIO's
+    /// bookkeeping of a write and its part of the flush cost about 3 000 instructions). Every other write
+    /// writes it first, so that no frame overtakes it.
+    private var batch: ByteBuffer?
+    /// A close the connection asked for while a pump was running.
+    private var closeAfterPump: BLIPCloseReason?
     private var awaitingPong = false
     /// The connection paused reading: a pong may be waiting unread.
     private var readingPaused = false
@@ -110,18 +118,21 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         }
         guard let context, let sink, !self.sentClose, !self.receivedClose else { return }
         self.isPumping = true
-        defer { self.isPumping = false }
+        self.pumpFrames(turnLimit: turnLimit, untilDone: untilDone, context: context, sink: sink)
+        self.isPumping = false
+        // A close the connection decided while this pump framed (an engine error): carried out now that the
+        // frames produced before it are written. Not when a close is what asked for this pump: it follows.
+        if !untilDone, let reason = self.closeAfterPump.take() { self.close(reason) }
+    }
+
+    private func pumpFrames(turnLimit: Int, untilDone: Bool, context: ChannelHandlerContext, sink: any FrameSink) {
         let channel = context.channel  // looked up once: each lookup goes through the pipeline
         repeat {
             self.pumpAgain = false
             var written = 0
             var frames = 0  // messages may be empty (the raw endpoints echo them): count them too
             var yielded = false
-            // Small frames written one after another into the first one's buffer, which has room for a
-            // whole frame: one write per batch instead of one per frame (NIO's bookkeeping of a write and
-            // its part of the flush cost about 3 000 instructions), and the others' buffers are reused.
-            var batch: ByteBuffer?
-            while channel.isWritable || untilDone {
+            while (channel.isWritable || untilDone) && !self.sentClose {
                 if written >= turnLimit {
                     // Let the loop's other work run (reads, ACKs, the task about to queue an urgent request):
                     // a pump that ran until the window closed would hold all of it back.
@@ -151,19 +162,21 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                     continue
                 }
                 var frame = self.frame(opcode, consume buffer, allocator: channel.allocator)
-                if frame.readableBytes <= Self.batchedFrameLimit, batch?.writableBytes ?? 0 >= frame.readableBytes {
-                    batch!.writeBuffer(&frame)
+                if frame.readableBytes <= Self.batchedFrameLimit,
+                    self.batch?.writableBytes ?? 0 >= frame.readableBytes
+                {
+                    self.batch!.writeBuffer(&frame)
                     self.spareBuffer = frame  // emptied, and still the only reference to its storage
                     continue
                 }
-                if let full = batch.take() { context.write(NIOAny(full), promise: nil) }
+                self.writeBatch(context: context)
                 if frame.readableBytes <= Self.batchedFrameLimit {
-                    batch = frame
+                    self.batch = frame
                 } else {
                     context.write(NIOAny(frame), promise: nil)
                 }
             }
-            if let full = batch.take() { context.write(NIOAny(full), promise: nil) }
+            self.writeBatch(context: context)
             if frames > 0 { context.flush() }
             if yielded {
                 self.pumpLater(context: context)
@@ -201,9 +214,15 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// peer's earlier requests, when the close is for a fatal error). The connection is reported closed at
     /// once: nothing more is read.
     func close(_ reason: BLIPCloseReason) {
+        guard !self.isPumping else {
+            // Decided while a pump framed: the frames it has produced go first (see pump).
+            if self.closeAfterPump == nil { self.closeAfterPump = reason }
+            return
+        }
         if reason.finishesQueuedReplies {
             self.pump(turnLimit: .max, untilDone: true)  // nothing may be written after the close frame
         }
+        self.closeAfterPump = nil  // one decided during that pump: this close, decided first, goes instead
         // The connection decided this close: it failed its requests with its own error already, if any.
         let code = WebSocketErrorCode(codeNumber: Int(reason.code.rawValue))
         self.startClose(code, reason: reason.message, error: nil)
@@ -549,13 +568,20 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     // MARK: - Writing
 
-    /// Writes one WebSocket frame holding the readable bytes of `payload` (not flushed).
+    /// Writes the pump's batch of small frames, if it has one (not flushed).
+    private func writeBatch(context: ChannelHandlerContext) {
+        if let batch = self.batch.take() { context.write(NIOAny(batch), promise: nil) }
+    }
+
+    /// Writes one WebSocket frame holding the readable bytes of `payload` (not flushed), after the pump's
+    /// batch.
     private func write(
         _ opcode: WebSocketOpcode,
         _ payload: consuming ByteBuffer,
         context: ChannelHandlerContext,
         promise: EventLoopPromise<Void>? = nil
     ) {
+        self.writeBatch(context: context)
         guard !self.hasFrameEncoder else {
             let frame = WebSocketFrame(fin: true, opcode: opcode, data: payload)
             context.write(NIOAny(frame), promise: promise)

@@ -128,6 +128,31 @@ struct HandlerTests {
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
+    /// Regression: the engine can fail while the pump frames (the connection then closes from inside
+    /// `nextMessage`); the close frame was written at once, before the frames the pump had gathered for one
+    /// write, which then went out after it.
+    @Test(
+        "a close decided while the pump frames goes out after every frame produced before it",
+        arguments: [false, true]
+    )
+    func closeDuringPumpComesLast(finishesQueuedReplies: Bool) throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = try Self.channel(handler)
+        var reason = BLIPCloseReason(.protocolError, "engine failed")
+        reason.finishesQueuedReplies = finishesQueuedReplies
+        let sink = ClosingSink(closeAfter: 2, reason: reason, total: 4)
+        sink.handler = handler
+        handler.start(sink)
+        channel.embeddedEventLoop.run()
+        var written: [UInt8] = []
+        while let piece = try channel.readOutbound(as: ByteBuffer.self) { written += piece.readableBytesView }
+        let frames = Self.frames(in: written)
+        #expect(frames.map(\.opcode) == [2, 2, 2, 2, 8])
+        #expect(frames.prefix(4).map { String(decoding: $0.payload, as: UTF8.self) } == ["m1", "m2", "m3", "m4"])
+        #expect(sink.closedWith?.code == .protocolError)
+        _ = try? channel.finish(acceptAlreadyClosed: true)
+    }
+
     @Test("where NIO's frame encoder is in the pipeline, frames go to it")
     func framesGoToNIOsEncoder() throws {
         let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
@@ -159,6 +184,35 @@ struct HandlerTests {
         _ = try channel.finish(acceptAlreadyClosed: true)
         channel.embeddedEventLoop.run()
     }
+}
+
+/// Hands the pump `total` small messages; after the `closeAfter`-th it closes the handler from inside
+/// `nextMessage`, as the connection does when its engine fails while framing.
+final class ClosingSink: FrameSink, @unchecked Sendable {
+    let closeAfter: Int
+    let reason: BLIPCloseReason
+    let total: Int
+    var handler: BLIPWebSocketHandler?
+    private(set) var produced = 0
+    private(set) var closedWith: BLIPCloseStatus?
+
+    init(closeAfter: Int, reason: BLIPCloseReason, total: Int) {
+        self.closeAfter = closeAfter
+        self.reason = reason
+        self.total = total
+    }
+
+    func received(_ message: ByteBuffer, isText: Bool) -> Bool { true }
+
+    func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
+        guard self.produced < self.total else { return nil }
+        self.produced += 1
+        buffer.writeString("m\(self.produced)")
+        if self.produced == self.closeAfter { self.handler?.close(self.reason) }
+        return .binary
+    }
+
+    func closed(_ status: BLIPCloseStatus) { self.closedWith = status }
 }
 
 /// Records what the handler hands over.
