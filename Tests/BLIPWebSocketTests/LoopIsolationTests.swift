@@ -9,6 +9,11 @@ import Testing
 /// A task with no actor running on its connection's own event loop, as NIO's global executor runs one (the
 /// `blip` tool installs it), sends isolated to that loop (see EventLoopIsolation). Every way a send ends
 /// still reaches it exactly once.
+///
+/// The tasks here start with `Task.immediate` from a callback of the loop: the test process does not
+/// install NIO's global executor, so they run there as the generic executor, and entering the isolation
+/// costs them a queued job instead of nothing (the saving itself is measured with callgrind, in
+/// Docs/Benchmarks.md). `onLoop` says the send took the isolated path.
 @Suite("Sending from a task on the connection's event loop", .timeLimit(.minutes(1)))
 struct LoopIsolationTests {
     /// Starts `body` as a task on the loop's thread, with no actor and no executor preference; returns the
@@ -71,7 +76,8 @@ struct LoopIsolationTests {
                 }.value
                 #expect(error.onLoop && error.outcome == "ERR 409")
 
-                // The reply's pieces are read from the loop too (each wait for a piece takes the isolation).
+                // The streamed reply's send takes the isolation; the reads of its pieces that follow run
+                // where the task resumed (Swift's pool here) and take the ordinary path.
                 let streamed = await Self.startOnLoop(loop) {
                     do {
                         let reply = try await connection.sendRequestStreamingReply(BLIPRequest(profile: "download"))

@@ -14,17 +14,26 @@ package protocol EventLoopBound: AnyObject, Sendable {
 /// the loop. Isolated to this actor instead, the send stays where it is.
 final actor EventLoopIsolation {
     nonisolated let eventLoop: any EventLoop
+    /// Kept: a loop that is not its own executor makes a new one on each request, which an unowned
+    /// reference would not keep alive.
+    private nonisolated let executor: any SerialExecutor
 
     init(_ eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
+        self.executor = eventLoop.executor
     }
 
     nonisolated var unownedExecutor: UnownedSerialExecutor {
-        self.eventLoop.executor.asUnownedSerialExecutor()
+        self.executor.asUnownedSerialExecutor()
     }
 
     /// Whether the current task, which has no actor, runs on this loop as its serial executor: it is on the
     /// loop's thread and prefers no task executor (a preferred one runs it as the generic executor).
+    ///
+    /// There is no way to ask for the current executor itself, so a task started synchronously from one of
+    /// the loop's own callbacks (`Task.immediate`), which runs there as the generic executor, is taken for
+    /// one the loop runs: its send then waits for one queued job on the loop before it is queued, with the
+    /// same outcome.
     nonisolated var runsCurrentTask: Bool {
         guard self.eventLoop.inEventLoop else { return false }
         return withUnsafeCurrentTask { task in task != nil && task!.unownedTaskExecutor == nil }
