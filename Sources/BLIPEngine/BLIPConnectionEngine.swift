@@ -105,6 +105,10 @@ public final class BLIPConnectionEngine {
     /// Messages the peer has partly sent.
     public var incomingCount: Int { self.incoming.count }
 
+    /// Requests of the peer that expect a reply none of which is queued yet, and those whose reply waits
+    /// for the rest of the request.
+    public var unansweredCount: Int { self.unanswered.count }
+
     /// Bytes of our replies (and ERRs) queued whose first frame has not left. A peer that sends requests
     /// without reading the replies makes this grow; the driver can stop reading while it is large.
     public var queuedReplyBytes: Int { self.replyBytesQueued }

@@ -280,7 +280,7 @@ struct GracefulCloseTests {
                     return texts
                 }
             }
-            try await waitUntil { server.core.state.withLockedValue { $0.unanswered.count } == count }
+            try await waitUntil { server.core.state.withLockedValue { $0.engine.unansweredCount } == count }
             #expect(server.statistics.requestsQueuedForHandler == count - 8)
             let closing = Task { await server.closeGracefully(drainTimeout: .seconds(60)) }
             try await waitUntil { server.core.state.withLockedValue { !$0.drainWaiters.isEmpty } }

@@ -213,7 +213,6 @@ extension ConnectionCore {
                 expectsReply: message.expectsReply,
                 handler
             )
-            if message.expectsReply { state.unanswered.insert(message.id.number) }
             self.dispatch(work, &state, effects: &effects)
             return
         }
@@ -288,7 +287,6 @@ extension ConnectionCore {
             urgent: message.flags.contains(.urgent),
             compressed: message.flags.contains(.compressed)
         )
-        if message.expectsReply { state.unanswered.insert(message.id.number) }
         switch route {
         case .whole(let handler):
             let work = Work.handle(
@@ -365,7 +363,6 @@ extension ConnectionCore {
 
     /// Queues an ERR reply the connection gives on its own (404, 413, 503).
     func enqueueReply(_ error: BLIPError, to number: UInt64, _ state: inout State, effects: inout Effects) {
-        state.unanswered.remove(number)
         let reply = BLIPOutgoingMessage(
             .error(toRequest: number),
             properties: error.errorReplyProperties,

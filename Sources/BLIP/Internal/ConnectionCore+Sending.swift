@@ -361,7 +361,6 @@ extension ConnectionCore {
         _ state: inout State,
         effects: inout Effects
     ) -> BLIPOutgoingID? {
-        state.unanswered.remove(number)
         do throws(BLIPEngineError) {
             let (id, wake) = try state.engine.enqueue(message)
             effects.wakeWriter = effects.wakeWriter || wake

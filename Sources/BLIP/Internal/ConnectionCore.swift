@@ -167,9 +167,6 @@ final class ConnectionCore: Sendable {
         /// ConnectionCore+Progress).
         var progress: [BLIPOutgoingID: ProgressReporter] = [:]
         var replyProgress: [BLIPIncomingID: ReplyProgress] = [:]
-        /// The peer's requests handed to the application that still owe a reply (their numbers), until the
-        /// reply is queued; a graceful close waits for them (ConnectionCore+Draining).
-        var unanswered: Set<UInt64> = []
         /// The last profile looked up in the router, and what it found (the router never changes).
         var lastRoute: (profile: String, route: BLIPRouter.Route?)?
         /// A graceful close is under way: new requests that expect a reply get ERR BLIP/503.
@@ -405,7 +402,7 @@ final class ConnectionCore: Sendable {
                 + state.tokenOfMessage.count + state.inbound.count + state.streams.count + state.unhandled.count
                 + state.pendingWork.count + state.withheld.count + state.engine.outgoingCount
                 + state.engine.awaitingReplyCount + state.engine.incomingCount + state.progress.count
-                + state.replyProgress.count + state.cancelledTokens.count + state.unanswered.count
+                + state.replyProgress.count + state.cancelledTokens.count + state.engine.unansweredCount
                 + state.drainWaiters.count
         }
     }
@@ -475,7 +472,6 @@ final class ConnectionCore: Sendable {
         state.unhandledWaiter = nil
         state.closeWaiters.removeAll()
         state.drainWaiters.removeAll()
-        state.unanswered.removeAll()
         state.tokens.removeAll()
         state.tokenOfMessage.removeAll()
         state.withheld.removeAll()
