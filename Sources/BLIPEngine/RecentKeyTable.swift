@@ -72,6 +72,12 @@ struct RecentKeyTable<Value> {
     }
 
     private mutating func insert(_ value: Value, for key: UInt64) {
+        if !self.stragglers.isEmpty, self.stragglers[key] != nil {
+            // An entry that left the window is updated where it is: a window restarted at or before its
+            // key would otherwise hold a second copy of it, counted twice and never removed.
+            self.stragglers[key] = value
+            return
+        }
         if self.windowCount == 0 {
             self.window.removeAll(keepingCapacity: true)
             self.base = key

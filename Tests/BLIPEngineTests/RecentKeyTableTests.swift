@@ -47,6 +47,11 @@ struct RecentKeyTableTests {
                 guard key <= nextKey, model[key] == nil else { continue }
                 table[key] = Entry(step)
                 model[key] = step
+            case 9 where random.next(2) == 0:
+                // An entry updated in place (a request's state changing), wherever it now sits.
+                guard let key = model.keys.randomElement(using: &random) else { continue }
+                table[key] = Entry(step)
+                model[key] = step
             case 6..<9:
                 // Mostly among the oldest entries, sometimes any.
                 guard !model.isEmpty else { continue }
@@ -94,6 +99,25 @@ struct RecentKeyTableTests {
         #expect(table.count == 1)  // the last key (the one before it was kept, and is removed)
         table.removeAll()
         #expect(table.isEmpty && table.windowSlots == 0)
+    }
+
+    /// Regression: with the window empty, updating an entry that had left it restarted the window at its
+    /// key and put a second copy there; the count stayed one too high after its removal (a graceful close
+    /// that waits for the count to reach zero waited for its whole timeout).
+    @Test("an entry that left the window, updated while the window is empty, is still one entry")
+    func updatedStraggler() {
+        var table = RecentKeyTable<Entry>()
+        table[1] = Entry(1)
+        for key in UInt64(2)...300 {
+            table[key] = Entry(Int(key))
+            #expect(table.removeValue(forKey: key)?.value == Int(key))
+        }
+        #expect(table.count == 1 && table.windowSlots == 0)  // 1 is a straggler, the window is empty
+        table[1] = Entry(-1)
+        #expect(table.count == 1)
+        #expect(table[1]?.value == -1)
+        #expect(table.removeValue(forKey: 1)?.value == -1)
+        #expect(table.isEmpty && table[1] == nil)
     }
 
     @Test("keys far apart: older entries move out of the window instead of padding it")

@@ -251,6 +251,29 @@ struct GracefulCloseTests {
         }
     }
 
+    /// Regression: the engine's table of the peer's unanswered requests moved the long request out of its
+    /// window while the others came and went; updated when it completed, with the window empty, it was
+    /// counted twice, so once it was answered one request still seemed to owe a reply and a graceful close
+    /// waited for its whole timeout.
+    @Test("a request still arriving while 200 others come and go, then answered: nothing owes a reply")
+    func longRequestAmongMany() async throws {
+        try await Self.withPair(serverRouter: standardRouter()) { server, client in
+            let (body, feed) = AsyncStream.makeStream(of: ByteBuffer.self)
+            let long = Task { try await client.sendRequest(BLIPRequest(profile: "echo"), body: body) }
+            feed.yield(ByteBuffer(string: "first"))
+            try await waitUntil { server.core.state.withLockedValue { $0.engine.unansweredCount } == 1 }
+            for index in 0..<200 {
+                let reply = try await client.sendRequest(BLIPRequest(profile: "echo", text: "\(index)"))
+                #expect(String(buffer: reply.body) == "\(index)")
+            }
+            feed.yield(ByteBuffer(string: " last"))
+            feed.finish()
+            #expect(String(buffer: try await long.value.body) == "first last")
+            #expect(server.core.state.withLockedValue { $0.engine.unansweredCount } == 0)
+            #expect(await server.core.drain(timeout: .seconds(5)), "the drain found something in flight")
+        }
+    }
+
     @Test("many requests in flight all get their replies before the close")
     func manyInFlight() async throws {
         let latch = Gate()
