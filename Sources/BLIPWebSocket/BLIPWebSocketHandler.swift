@@ -442,8 +442,11 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             initiator: initiator,
             underlying: error
         )
-        guard !self.sentClose, let context else {
+        guard !self.sentClose, let context, context.channel.isActive else {
             self.reportClosed(status)
+            // A close already went out (one decided during the pump that ran first), but this one had to end
+            // the connection: its peer's close frame cannot be read.
+            if thenCloseConnection, let context { context.close(promise: nil) }
             return
         }
         self.sentClose = true

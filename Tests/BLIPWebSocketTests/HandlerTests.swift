@@ -153,6 +153,26 @@ struct HandlerTests {
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
+    /// Regression: the pump a decoder error runs first can end in a close of its own (the connection's
+    /// engine failed while framing); the decoder error's close then found a close frame already sent and left
+    /// the connection open, waiting for a peer close frame that could no longer be read.
+    @Test("a decoder error whose pump closed first still ends the connection at once")
+    func decoderErrorAfterACloseDuringItsPump() throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = try Self.channel(handler)
+        let sink = ClosingSink(closeAfter: 1, reason: BLIPCloseReason(.protocolError, "engine failed"), total: 0)
+        sink.handler = handler
+        handler.start(sink)
+        sink.total = 2
+        // FIN + ping, masked, 16-bit length 126: the decoder refuses it.
+        try channel.writeInbound(ByteBuffer(bytes: [0x89, 0xFE, 0x00, 0x7E, 1, 2, 3, 4]))
+        var written: [UInt8] = []
+        while let piece = try channel.readOutbound(as: ByteBuffer.self) { written += piece.readableBytesView }
+        #expect(Self.frames(in: written).map(\.opcode) == [2, 2, 8])
+        #expect(!channel.isActive)
+        channel.embeddedEventLoop.run()
+    }
+
     @Test("where NIO's frame encoder is in the pipeline, frames go to it")
     func framesGoToNIOsEncoder() throws {
         let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
@@ -191,7 +211,7 @@ struct HandlerTests {
 final class ClosingSink: FrameSink, @unchecked Sendable {
     let closeAfter: Int
     let reason: BLIPCloseReason
-    let total: Int
+    var total: Int
     var handler: BLIPWebSocketHandler?
     private(set) var produced = 0
     private(set) var closedWith: BLIPCloseStatus?
