@@ -107,7 +107,7 @@ final class ConnectionCore: Sendable {
     /// Only ever touched under the connection's lock (the engine is not thread-safe).
     struct State: @unchecked Sendable {
         let engine: BLIPConnectionEngine
-        var replyWaiters: [BLIPOutgoingID: ReplyWaiter] = [:]
+        var replyWaiters = OutgoingIDTable<ReplyWaiter>()
         /// No-reply requests whose sender waits for the last frame to leave.
         var sendWaiters: [BLIPOutgoingID: WaiterContinuation<Void, any Error>] = [:]
         /// Streamed bodies waiting for room to add more.
