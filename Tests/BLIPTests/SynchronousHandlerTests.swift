@@ -121,11 +121,16 @@ struct SynchronousHandlerTests {
         #expect(calls.inTask.withLockedValue { $0 }.prefix(6) == [true, true, true, true, true, true])
     }
 
+    /// The echo is sent only once both holding handlers run: sent at once beside them (three `async let`s),
+    /// it could reach the server first and find a slot free, which a loaded machine did (stress-ng beside
+    /// the suite).
     @Test("with every handler slot taken, it waits for one like any handler, and is answered")
     func waitsForASlot() async throws {
         let release = NIOLockedValueBox(false)
+        let holding = NIOLockedValueBox(0)
         var router = BLIPRouter()
         router.register(profile: "hold") { _, _ in
+            holding.withLockedValue { $0 += 1 }
             // Released by the test; the bound (at least 120 s) only stops a hang. A shorter one let the
             // handlers end by themselves before a starved test saw the request they held back.
             for _ in 0..<24_000 where !release.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
@@ -138,6 +143,10 @@ struct SynchronousHandlerTests {
         try await peers.run { connection in
             async let first = connection.sendRequest(BLIPRequest(profile: "hold"))
             async let second = connection.sendRequest(BLIPRequest(profile: "hold"))
+            for _ in 0..<12_000 where holding.withLockedValue({ $0 }) < 2 {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(holding.withLockedValue { $0 } == 2)
             async let echoed = connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
             for _ in 0..<12_000 where peers.serverConnection.statistics.requestsQueuedForHandler < 1 {
                 try await Task.sleep(for: .milliseconds(5))
