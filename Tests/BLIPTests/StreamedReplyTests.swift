@@ -35,6 +35,18 @@ struct StreamedReplyTests {
         return router
     }
 
+    /// A client and a server (routed by `router`) over the in-memory transport, each running in a task until
+    /// it closes.
+    static func runningPair(serverRouter router: BLIPRouter) -> (
+        client: BLIPConnection, server: BLIPConnection,
+        clientRun: Task<BLIPCloseStatus, Never>, serverRun: Task<BLIPCloseStatus, Never>
+    ) {
+        let (clientEnd, serverEnd) = BLIPInMemoryTransport.makePair()
+        let server = BLIPConnection(transport: serverEnd, router: router)
+        let client = BLIPConnection(transport: clientEnd)
+        return (client, server, Task { await client.run() }, Task { await server.run() })
+    }
+
     static func download(_ size: Int, chunk: Int = 10_000, compress: Bool = false) -> BLIPRequest {
         BLIPRequest(
             profile: "download",
@@ -213,11 +225,7 @@ struct StreamedReplyTests {
         router.register(profile: "broken") { _, _ in
             BLIPResponse(bodyStream: MeteredBody(total: 1 << 20, chunk: 100_000, failsAfter: 2, meter: meter))
         }
-        let (client, server) = BLIPInMemoryTransport.makePair()
-        let serverConnection = BLIPConnection(transport: server, router: router)
-        let serverRun = Task { await serverConnection.run() }
-        let clientConnection = BLIPConnection(transport: client)
-        let clientRun = Task { await clientConnection.run() }
+        let (clientConnection, _, clientRun, serverRun) = Self.runningPair(serverRouter: router)
         let failures = NIOLockedValueBox(0)
         do {
             if streamingReader {
@@ -254,11 +262,7 @@ struct StreamedReplyTests {
                 bodyStream: MeteredBody(total: 1 << 30, chunk: 50_000, stallsAfter: stalls ? 3 : nil, meter: meter)
             )
         }
-        let (client, server) = BLIPInMemoryTransport.makePair()
-        let serverConnection = BLIPConnection(transport: server, router: router)
-        let serverRun = Task { await serverConnection.run() }
-        let clientConnection = BLIPConnection(transport: client)
-        let clientRun = Task { await clientConnection.run() }
+        let (clientConnection, serverConnection, clientRun, serverRun) = Self.runningPair(serverRouter: router)
         let reply = try await clientConnection.sendRequestStreamingReply(BLIPRequest(profile: "endless"))
         var iterator = reply.body.makeAsyncIterator()
         _ = try await iterator.next()
@@ -285,11 +289,7 @@ struct StreamedReplyTests {
         router.register(profile: "stalling") { _, _ in
             BLIPResponse(bodyStream: MeteredBody(total: 1 << 20, chunk: 10_000, stallsAfter: 2, meter: meter))
         }
-        let (client, server) = BLIPInMemoryTransport.makePair()
-        let serverConnection = BLIPConnection(transport: server, router: router)
-        let serverRun = Task { await serverConnection.run() }
-        let clientConnection = BLIPConnection(transport: client)
-        let clientRun = Task { await clientConnection.run() }
+        let (clientConnection, _, clientRun, serverRun) = Self.runningPair(serverRouter: router)
         let reply = try await clientConnection.sendRequestStreamingReply(BLIPRequest(profile: "stalling"))
 
         let firstOutcome = NIOLockedValueBox<Result<Int, any Error>?>(nil)

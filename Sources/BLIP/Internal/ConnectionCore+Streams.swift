@@ -101,10 +101,6 @@ extension ConnectionCore {
         return piece
     }
 
-    static var alreadyReadingError: BLIPConnectionError {
-        BLIPConnectionError(.alreadyReading, "another task is already reading this body stream")
-    }
-
     /// What a reader gets without waiting: a kept piece (now consumed), the end, the stream's failure, or
     /// `alreadyReading` while another reader waits; nil if it has to wait.
     private func takeReady(
@@ -117,7 +113,7 @@ extension ConnectionCore {
             // A second reader would take the first one's place, and the first would wait forever. (Two that
             // arrive at once both pass the first look; if the one turned away is cancelled meanwhile, its
             // cancellation reaches the waiting one: each still gets exactly one answer.)
-            return .failure(Self.alreadyReadingError)
+            return .failure(BLIPConnectionError(.alreadyReading, "another task is already reading this body stream"))
         }
         if let failure = stream.failure {
             state.streams.removeValue(forKey: id)
