@@ -12,7 +12,12 @@ extension BLIPConnectionEngine {
     /// fatal (digest 7.12): bad varints, CRC, deflate or property data, a request number that is not the
     /// next one, a reply nobody awaits (BLIP 3; the older dialects ignore those at or below the last
     /// request number, as Cocoa does), too many messages in flight. The driver must then close.
-    public func receive(_ frame: ByteBuffer, now: NIODeadline) throws(BLIPEngineError) -> BLIPReceiveResult {
+    ///
+    /// - Parameter now: the time the frame arrived, read only for an ACK (to measure the round trip).
+    public func receive(
+        _ frame: ByteBuffer,
+        now: @autoclosure () -> NIODeadline
+    ) throws(BLIPEngineError) -> BLIPReceiveResult {
         try self.checkUsable()
         let decoded: BLIPDecodedFrame
         do {
@@ -24,7 +29,7 @@ extension BLIPConnectionEngine {
         case .unknownType, .malformedACK:
             return BLIPReceiveResult()  // ignored, as LiteCore and go-blip do
         case .ack(let ack):
-            return self.receivedACK(ack, now: now)
+            return self.receivedACK(ack, now: now())
         case .data(let data):
             return try self.receivedData(data)
         }

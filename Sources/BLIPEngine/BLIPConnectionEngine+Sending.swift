@@ -150,8 +150,13 @@ extension BLIPConnectionEngine {
     /// Appends the next frame to send to `output`: ACKs first, then one frame of the message at the head
     /// of the out-box. Call it whenever the transport can take a frame.
     ///
-    /// - Parameter now: the time the frame leaves, for measuring round trips.
-    public func nextFrame(into output: inout ByteBuffer, now: NIODeadline) throws(BLIPEngineError) -> BLIPNextFrame {
+    /// - Parameter now: the time the frame leaves, for measuring round trips. Read only for a frame that
+    ///   waits for an ACK (one with more to come, in a dialect with flow control): a small message leaves
+    ///   without a clock read.
+    public func nextFrame(
+        into output: inout ByteBuffer,
+        now: @autoclosure () -> NIODeadline
+    ) throws(BLIPEngineError) -> BLIPNextFrame {
         guard !self.isClosed, !self.hasFailed || self.isFinishingReplies else { return .idle }
         if let ack = self.pendingACKs.popFirst() {
             let start = output.writerIndex
@@ -231,7 +236,7 @@ extension BLIPConnectionEngine {
             // by its number: a one-frame message skips the dictionary.
             if isFirstFrame { self.sending[state.wireIdentity] = state }
             if self.dialect.hasFlowControl && !self.isFinishingReplies {
-                state.unacknowledgedFrames.append((state.bytesSent, now))
+                state.unacknowledgedFrames.append((state.bytesSent, now()))
                 if state.unacknowledgedBytes >= self.window.size {
                     state.isPaused = true
                     state.wasWindowLimited = true
