@@ -79,7 +79,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(
         name: .customLong("warm-up"),
         inversion: .prefixedNo,
-        help: "Send an untimed 8 MiB message before a bulk transfer."
+        help: "Send an untimed 8 MiB message before a bulk transfer, and before the urgent workload."
     )
     var warmsUp = true
 
