@@ -36,6 +36,10 @@ final actor EventLoopIsolation {
     /// same outcome.
     nonisolated var runsCurrentTask: Bool {
         guard self.eventLoop.inEventLoop else { return false }
-        return withUnsafeCurrentTask { task in task != nil && task!.unownedTaskExecutor == nil }
+        // Bound once: every copy of an `UnsafeCurrentTask?` retains and releases the task.
+        return withUnsafeCurrentTask { task in
+            guard let task else { return false }
+            return task.unownedTaskExecutor == nil
+        }
     }
 }
