@@ -226,7 +226,7 @@ extension ConnectionCore {
         let failure: any Error
         if let closeError = state.closeError {
             failure = closeError
-        } else if let token, state.cancelledTokens.remove(token) != nil {
+        } else if let token, !state.cancelledTokens.isEmpty, state.cancelledTokens.remove(token) != nil {
             failure = CancellationError()
         } else {
             do throws(BLIPEngineError) {

@@ -107,14 +107,14 @@ final class ConnectionCore: Sendable {
     /// Only ever touched under the connection's lock (the engine is not thread-safe).
     struct State: @unchecked Sendable {
         let engine: BLIPConnectionEngine
-        var replyWaiters = OutgoingIDTable<ReplyWaiter>()
+        var replyWaiters = SequentialKeyTable<ReplyWaiter>()
         /// No-reply requests whose sender waits for the last frame to leave.
         var sendWaiters: [BLIPOutgoingID: WaiterContinuation<Void, any Error>] = [:]
         /// Streamed bodies waiting for room to add more.
         var demandWaiters: [BLIPOutgoingID: WaiterContinuation<Void, any Error>] = [:]
         /// Callers' tokens, so that a cancellation finds its message (and back, to forget them).
-        var tokens: [UInt64: BLIPOutgoingID] = [:]
-        var tokenOfMessage: [BLIPOutgoingID: UInt64] = [:]
+        var tokens = SequentialKeyTable<BLIPOutgoingID>()
+        var tokenOfMessage = SequentialKeyTable<UInt64>()
         var cancelledTokens: Set<UInt64> = []
         var inbound: [BLIPIncomingID: Inbound] = [:]
         var streams: [BLIPIncomingID: BodyStreamState] = [:]

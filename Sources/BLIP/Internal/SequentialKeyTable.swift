@@ -1,17 +1,18 @@
 internal import BLIPEngine
 
-/// A map from our messages' ids to what waits on them (a reply's caller): a slot per id's low bits, and a
-/// dictionary for an id whose slot another one holds.
+/// A map keyed by numbers given out one after another: our messages' ids (to what waits on them) and
+/// callers' tokens (to their messages). A slot per key's low bits, and a dictionary for a key whose slot
+/// another one holds.
 ///
-/// Ids are given out one after another, and the entries in flight are nearly always recent ones, so each
-/// finds its own slot with no hashing and no probing; a long-lived entry (a continuous `subChanges`) only
-/// sends the id that comes round to its slot to the dictionary. A `Dictionary` for all of them hashed the id
-/// on insertion, look-up and removal, and rehashed neighbours on removal: about 1 000 instructions per
-/// request on a client. (Linear probing was tried: the ids in flight form one run of slots, which every
-/// removal scanned to its end.) There are always at least twice as many slots as entries.
-struct OutgoingIDTable<Value> {
+/// The entries in flight are nearly always recent ones, so each finds its own slot with no hashing and no
+/// probing; a long-lived entry (a continuous `subChanges`) only sends the key that comes round to its slot
+/// to the dictionary. A `Dictionary` hashed the key on insertion, look-up and removal, and rehashed
+/// neighbours on removal: about 1 000 instructions per request on a client for the reply waiters alone.
+/// (Linear probing was tried: the keys in flight form one run of slots, which every removal scanned to its
+/// end.) There are always at least twice as many slots as entries. Keys start at 1.
+struct SequentialKeyTable<Value> {
     private struct Slot {
-        /// 0 for an empty slot: ids start at 1.
+        /// 0 for an empty slot: keys start at 1.
         var key: UInt64
         var value: Value?
     }
@@ -25,35 +26,45 @@ struct OutgoingIDTable<Value> {
     /// Every value, in no particular order.
     var values: [Value] { self.slots.compactMap(\.value) + self.displaced.values }
 
-    subscript(id: BLIPOutgoingID) -> Value? {
+    subscript(key: UInt64) -> Value? {
         get {
             guard self.count > 0 else { return nil }
-            let slot = self.slots[self.home(of: id.rawValue)]
-            if slot.key == id.rawValue { return slot.value }
-            return self.displaced.isEmpty ? nil : self.displaced[id.rawValue]
+            let slot = self.slots[self.home(of: key)]
+            if slot.key == key { return slot.value }
+            return self.displaced.isEmpty ? nil : self.displaced[key]
         }
         set {
             if let newValue {
-                self.insert(newValue, for: id.rawValue)
+                self.insert(newValue, for: key)
             } else {
-                self.removeValue(forKey: id)
+                self.removeValue(forKey: key)
             }
         }
     }
 
+    subscript(id: BLIPOutgoingID) -> Value? {
+        get { self[id.rawValue] }
+        set { self[id.rawValue] = newValue }
+    }
+
     @discardableResult
-    mutating func removeValue(forKey id: BLIPOutgoingID) -> Value? {
+    mutating func removeValue(forKey key: UInt64) -> Value? {
         guard self.count > 0 else { return nil }
-        let index = self.home(of: id.rawValue)
-        if self.slots[index].key == id.rawValue {
+        let index = self.home(of: key)
+        if self.slots[index].key == key {
             let value = self.slots[index].value
             self.slots[index] = Slot(key: 0, value: nil)
             self.count -= 1
             return value
         }
-        guard !self.displaced.isEmpty, let value = self.displaced.removeValue(forKey: id.rawValue) else { return nil }
+        guard !self.displaced.isEmpty, let value = self.displaced.removeValue(forKey: key) else { return nil }
         self.count -= 1
         return value
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey id: BLIPOutgoingID) -> Value? {
+        self.removeValue(forKey: id.rawValue)
     }
 
     mutating func removeAll() {
@@ -67,7 +78,7 @@ struct OutgoingIDTable<Value> {
     }
 
     private mutating func insert(_ value: Value, for key: UInt64) {
-        precondition(key != 0, "ids start at 1")
+        precondition(key != 0, "keys start at 1")
         // Replaced where it is: one in the dictionary must not gain a second copy in its slot, freed since.
         if !self.displaced.isEmpty, self.displaced[key] != nil {
             self.displaced[key] = value

@@ -3,10 +3,10 @@ import Testing
 
 @testable import BLIP
 
-/// The table of reply waiters behaves as a dictionary whatever order entries leave in, through growth and
+/// The table of reply waiters and tokens behaves as a dictionary whatever order entries leave in, through growth and
 /// runs of entries that wrap around the end of its slots.
-@Suite("Outgoing-id table")
-struct OutgoingIDTableTests {
+@Suite("Sequential-key table")
+struct SequentialKeyTableTests {
     struct Generator: RandomNumberGenerator {
         var state: UInt64
         mutating func next() -> UInt64 {
@@ -19,7 +19,7 @@ struct OutgoingIDTableTests {
     @Test("random traffic: every answer equals a dictionary's", arguments: 0..<8)
     func matchesDictionary(seed: Int) {
         var random = Generator(state: UInt64(seed) &+ 7)
-        var table = OutgoingIDTable<Int>()
+        var table = SequentialKeyTable<Int>()
         var model: [UInt64: Int] = [:]
         var nextKey: UInt64 = 1
         for step in 0..<5_000 {
@@ -60,7 +60,7 @@ struct OutgoingIDTableTests {
         let keys: [UInt64] = [15, 31, 47, 1, 17, 2]
         let orders: [[UInt64]] = [keys, Array(keys.reversed()), [31, 1, 15, 2, 47, 17]]
         for removalOrder in orders {
-            var table = OutgoingIDTable<UInt64>()
+            var table = SequentialKeyTable<UInt64>()
             for key in keys { table[BLIPOutgoingID(rawValue: key)] = key }
             var left = Set(keys)
             for key in removalOrder {
@@ -74,7 +74,7 @@ struct OutgoingIDTableTests {
 
     @Test("an entry sent to the dictionary, replaced after its slot was freed, stays one entry")
     func replacedDisplacedEntry() {
-        var table = OutgoingIDTable<Int>()
+        var table = SequentialKeyTable<Int>()
         table[BLIPOutgoingID(rawValue: 3)] = 3
         table[BLIPOutgoingID(rawValue: 19)] = 19  // the slot of 3
         #expect(table.removeValue(forKey: BLIPOutgoingID(rawValue: 3)) == 3)
