@@ -147,10 +147,11 @@ struct BenchRunner {
             )
         }
         if workload == .urgent || workload == .all {
-            if self.options.warmsUp {
+            if self.options.warmsUp && workload == .urgent {
                 // Untimed, on a connection of its own: the first bulk message a process sends pays one-time
                 // costs (the runtime's first look-ups of types and conformances on the paths it takes) that
-                // otherwise land in the first measured run's tail, urgent's, which runs first.
+                // otherwise land in the tail of the first measured run, urgent's (it runs before the normal
+                // control). With `all`, the bulk workloads have paid them already.
                 _ = try await self.urgent(count: 10, urgent: true, bulkSize: 8 << 20)
             }
             for urgent in [true, false] {

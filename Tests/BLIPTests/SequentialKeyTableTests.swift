@@ -84,3 +84,21 @@ struct SequentialKeyTableTests {
         #expect(table.isEmpty && table[BLIPOutgoingID(rawValue: 19)] == nil)
     }
 }
+
+extension SequentialKeyTableTests {
+    @Test("tokens: keyed by plain numbers, the same table as by ids")
+    func numberKeys() {
+        var table = SequentialKeyTable<String>()
+        for token in UInt64(1)...40 { table[token] = "t\(token)" }
+        #expect(table.count == 40)
+        #expect(table[7] == "t7")
+        #expect(table[BLIPOutgoingID(rawValue: 7)] == "t7")
+        #expect(table.removeValue(forKey: UInt64(7)) == "t7")
+        #expect(table[7] == nil)
+        #expect(table.removeValue(forKey: UInt64(7)) == nil)
+        table[9] = nil
+        #expect(table[9] == nil && table.count == 38)
+        #expect(table.removeValue(forKey: BLIPOutgoingID(rawValue: 40)) == "t40")
+        #expect(Set(table.values) == Set((UInt64(1)...39).filter { $0 != 7 && $0 != 9 }.map { "t\($0)" }))
+    }
+}
