@@ -149,12 +149,9 @@ final class ConnectionCore: Sendable {
             return true
         }
 
-        /// Forgets the caller's token of `message`, once its wait has ended. Callers called back have no
-        /// token: an empty table is not hashed into.
+        /// Forgets the caller's token of `message`, once its wait has ended (callers called back have none).
         mutating func forgetToken(of message: BLIPOutgoingID) {
-            guard !self.tokenOfMessage.isEmpty, let token = self.tokenOfMessage.removeValue(forKey: message) else {
-                return
-            }
+            guard let token = self.tokenOfMessage.removeValue(forKey: message) else { return }
             self.tokens.removeValue(forKey: token)
         }
         /// Set with `closeError`: how the connection ended.
