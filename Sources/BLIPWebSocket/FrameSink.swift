@@ -11,10 +11,15 @@ protocol FrameSink: AnyObject, Sendable {
     func closed(_ status: BLIPCloseStatus)
     /// The channel can take more writes (true), or is full: the peer is not reading.
     func writabilityChanged(_ isWritable: Bool)
+    /// Whether the handler writes what this sink has produced before a long read batch ends
+    /// (``BLIPWebSocketHandler/firstEarlyWrite``), or only once it has ended.
+    var writesWithinReadBatch: Bool { get }
 }
 
 extension FrameSink {
     func writabilityChanged(_ isWritable: Bool) {}
+    /// One write per read batch, as the raw endpoint (the benchmarks' handler-style baseline) is defined.
+    var writesWithinReadBatch: Bool { false }
 }
 
 enum MessageKind {
@@ -47,6 +52,9 @@ final class BLIPFrameSink: FrameSink {
     func writabilityChanged(_ isWritable: Bool) {
         self.sink.writabilityChanged(isWritable)
     }
+
+    /// Replies leave while a long read batch is still being read: both peers work at once.
+    var writesWithinReadBatch: Bool { true }
 }
 
 extension BLIPCloseStatus {

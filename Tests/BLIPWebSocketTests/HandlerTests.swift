@@ -128,6 +128,105 @@ struct HandlerTests {
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
+    /// What the handler has written and flushed since the last call, write by write.
+    static func writes(on channel: EmbeddedChannel) throws -> [[UInt8]] {
+        var writes: [[UInt8]] = []
+        while let piece = try channel.readOutbound(as: ByteBuffer.self) {
+            writes.append(Array(piece.readableBytesView))
+        }
+        return writes
+    }
+
+    /// The same on a testing channel (which runs no queued task meanwhile).
+    static func writes(on channel: NIOAsyncTestingChannel) async throws -> [[UInt8]] {
+        var writes: [[UInt8]] = []
+        while let piece = try await channel.readOutbound(as: ByteBuffer.self) {
+            writes.append(Array(piece.readableBytesView))
+        }
+        return writes
+    }
+
+    /// Binary frames masked with key 0 (towards a server), one per payload, as one read would carry them.
+    static func maskedFrames(_ payloads: [[UInt8]]) -> [UInt8] {
+        payloads.flatMap { payload in
+            precondition(payload.count < 126)
+            return [0x82, 0x80 | UInt8(payload.count), 0, 0, 0, 0] + payload
+        }
+    }
+
+    @Test(
+        "a long read batch's replies leave early: after its first four messages, then every sixteen",
+        arguments: [true, false]
+    )
+    func longReadBatchWritesEarly(writesEarly: Bool) throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = try Self.channel(handler)
+        let sink = EchoSink(writesWithinReadBatch: writesEarly)
+        handler.start(sink)
+        let payloads = (0..<22).map { [UInt8($0)] }
+        // Frames read but the read batch not yet over: NIO has not called channelReadComplete.
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames(payloads)))
+        let early = try Self.writes(on: channel)
+        channel.pipeline.fireChannelReadComplete()
+        channel.embeddedEventLoop.run()
+        let late = try Self.writes(on: channel)
+        // Without (the raw endpoint, the benchmarks' baseline): one write, when the batch ends.
+        #expect(early.map { Self.frames(in: $0).count } == (writesEarly ? [4, 16] : []))
+        #expect(late.map { Self.frames(in: $0).count } == (writesEarly ? [2] : [22]))
+        #expect(Self.frames(in: (early + late).flatMap { $0 }).map(\.payload) == payloads)
+        // The next batch counts afresh.
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames(Array(payloads.prefix(5)))))
+        #expect(try Self.writes(on: channel).map { Self.frames(in: $0).count } == (writesEarly ? [4] : []))
+        _ = try? channel.finish(acceptAlreadyClosed: true)
+    }
+
+    @Test("a BLIP server answering at once writes its replies to a long read batch before the batch ends")
+    func blipConnectionWritesEarly() async throws {
+        // A loop that can serve as the connection's executor, unlike EmbeddedChannel's. The handler is used
+        // on that loop only (inside executeInContext, and by the transport).
+        nonisolated(unsafe) let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = NIOAsyncTestingChannel()
+        try await channel.testingEventLoop.executeInContext {
+            try channel.pipeline.syncOperations.addHandler(
+                ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20))
+            )
+            try channel.pipeline.syncOperations.addHandler(handler)
+        }
+        try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9))
+        var router = BLIPRouter()
+        router.registerSynchronous(profile: "echo") { request, _ in BLIPResponse(body: request.body) }
+        let connection = try await channel.testingEventLoop.executeInContext { [router] in
+            let transport = BLIPWebSocketTransport(
+                dialect: .blip3,
+                subprotocol: "BLIP_3+CBMobile_3",
+                handler: handler,
+                channel: channel
+            )
+            return BLIPConnection(transport: transport, router: router)
+        }
+        await channel.testingEventLoop.run()
+        let frames = HandMadeFrames()
+        let requests = try (1...22).map {
+            try Array(
+                frames.request(UInt64($0), profile: "echo", body: ByteBuffer(string: "x"), moreComing: false)
+                    .readableBytesView
+            )
+        }
+        // Frames read but the read batch not yet over: NIO has not called channelReadComplete.
+        try await channel.testingEventLoop.executeInContext {
+            channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames(requests)))
+        }
+        let early = try await Self.writes(on: channel)
+        try await channel.testingEventLoop.executeInContext { channel.pipeline.fireChannelReadComplete() }
+        await channel.testingEventLoop.run()
+        let late = try await Self.writes(on: channel)
+        #expect(early.map { Self.frames(in: $0).count } == [4, 16])
+        #expect(late.map { Self.frames(in: $0).count } == [2])
+        #expect(connection.statistics.framesReceived == 22)
+        _ = try? await channel.finish(acceptAlreadyClosed: true)
+        await channel.testingEventLoop.run()
+    }
+
     /// Regression: the engine can fail while the pump frames (the connection then closes from inside
     /// `nextMessage`); the close frame was written at once, before the frames the pump had gathered for one
     /// write, which then went out after it.
@@ -233,6 +332,30 @@ final class ClosingSink: FrameSink, @unchecked Sendable {
     }
 
     func closed(_ status: BLIPCloseStatus) { self.closedWith = status }
+}
+
+/// Echoes every binary message, as a BLIP connection answers requests at once (a synchronous handler).
+final class EchoSink: FrameSink, @unchecked Sendable {
+    let writesWithinReadBatch: Bool
+    private var queued: [ByteBuffer] = []
+
+    init(writesWithinReadBatch: Bool) {
+        self.writesWithinReadBatch = writesWithinReadBatch
+    }
+
+    func received(_ message: ByteBuffer, isText: Bool) -> Bool {
+        self.queued.append(message)
+        return true
+    }
+
+    func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
+        guard !self.queued.isEmpty else { return nil }
+        var message = self.queued.removeFirst()
+        buffer.writeBuffer(&message)
+        return .binary
+    }
+
+    func closed(_ status: BLIPCloseStatus) {}
 }
 
 /// Records what the handler hands over.
