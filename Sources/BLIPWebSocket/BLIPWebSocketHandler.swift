@@ -45,8 +45,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     static let bytesPerTurn = 65_536
     /// Frames up to this size are gathered into one write; copying one costs less than writing it alone.
     static let batchedFrameLimit = 4_096
-    /// Messages of one read batch after which a connection writes what it has produced so far, before the
-    /// batch ends; then again after every ``earlyWriteInterval`` more. With one write per read batch the
+    /// Small messages of one read batch after which a connection writes what it has produced so far, before
+    /// the batch ends; then again after every ``earlyWriteInterval`` more. With one write per read batch the
     /// two peers of a pipelined exchange take turns, each idle while the other works through a whole batch;
     /// written early, the first replies reach the peer while the rest are read, and both work at once
     /// (pipelined 64: 1.7x-2x the messages per second). Small numbers for the first write start the peer
@@ -351,7 +351,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 error: BLIPConnectionError(.protocolViolation, "the peer sent a text WebSocket message")
             )
         }
-        guard sink.writesWithinReadBatch else { return }
+        // Small messages only: a batch of large ones is a few frames, whose ACKs keep their usual timing (the
+        // adaptive send window reads round trips from them).
+        guard sink.writesWithinReadBatch, message.readableBytes <= Self.batchedFrameLimit else { return }
         self.deliveredSinceWrite += 1
         if self.deliveredSinceWrite >= self.nextEarlyWrite {
             self.deliveredSinceWrite = 0

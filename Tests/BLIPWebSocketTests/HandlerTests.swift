@@ -155,7 +155,7 @@ struct HandlerTests {
     }
 
     @Test(
-        "a long read batch's replies leave early: after its first four messages, then every sixteen",
+        "a long read batch's replies leave early: after its first four small messages, then every sixteen",
         arguments: [true, false]
     )
     func longReadBatchWritesEarly(writesEarly: Bool) throws {
@@ -177,6 +177,14 @@ struct HandlerTests {
         // The next batch counts afresh.
         channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames(Array(payloads.prefix(5)))))
         #expect(try Self.writes(on: channel).map { Self.frames(in: $0).count } == (writesEarly ? [4] : []))
+        // Large messages do not count (twenty frames of 5 000 bytes: nothing before the batch ends).
+        let header: [UInt8] = [0x82, 0x80 | 126, 0x13, 0x88, 0, 0, 0, 0]  // binary, masked, 16-bit length 5 000
+        let large = (0..<20).flatMap { _ in header + Array(repeating: UInt8(7), count: 5_000) }
+        channel.pipeline.fireChannelReadComplete()
+        channel.embeddedEventLoop.run()
+        _ = try Self.writes(on: channel)
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: large))
+        #expect(try Self.writes(on: channel).isEmpty)
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
