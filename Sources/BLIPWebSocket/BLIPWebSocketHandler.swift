@@ -77,6 +77,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// Messages delivered in this read batch since its last write, and how many more make the next one.
     private var deliveredSinceWrite = 0
     private var nextEarlyWrite = BLIPWebSocketHandler.firstEarlyWrite
+    /// The sink's `writesWithinReadBatch`, read once at the start.
+    private var writesEarly = false
     /// A frame buffer allocated but not used by the last pump (there was nothing to send), or emptied into
     /// the batch. It and `batch` are touched for every frame, only on the loop and never across a call out
     /// of the handler, so their accesses are not checked at run time (a check costs about 100 instructions).
@@ -107,6 +109,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     func start(_ sink: any FrameSink) {
         self.sink = sink
+        self.writesEarly = sink.writesWithinReadBatch
         // Messages that came before the close frame are delivered even when both came before the start.
         let early = self.early
         self.early.removeAll()
@@ -336,24 +339,33 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         }
         if !isText { self.capture?.record(message, clientToServer: self.settings.role == .server) }
         if self.sink != nil {
-            self.deliver(message, isText: isText)
+            if self.deliver(message, isText: isText) { self.writeEarlyIfDue(after: message) }
         } else {
             self.early.append((message, isText))
         }
     }
 
-    private func deliver(_ message: ByteBuffer, isText: Bool) {
-        guard let sink else { return }
+    /// Hands a message to the sink; false if it refused it (the connection is then closing).
+    @discardableResult
+    private func deliver(_ message: ByteBuffer, isText: Bool) -> Bool {
+        guard let sink else { return false }
         guard sink.received(message, isText: isText) else {
-            return self.startClose(
+            self.startClose(
                 .unacceptableData,
                 reason: "text messages are not BLIP frames",
                 error: BLIPConnectionError(.protocolViolation, "the peer sent a text WebSocket message")
             )
+            return false
         }
+        return true
+    }
+
+    /// Counts a message of this read batch towards the next early write (``firstEarlyWrite``). Messages held
+    /// from before the start do not count: the start's own pump answers them, unless the channel has died.
+    private func writeEarlyIfDue(after message: ByteBuffer) {
         // Small messages only: a batch of large ones is a few frames, whose ACKs keep their usual timing (the
         // adaptive send window reads round trips from them).
-        guard sink.writesWithinReadBatch, message.readableBytes <= Self.batchedFrameLimit else { return }
+        guard self.writesEarly, message.readableBytes <= Self.batchedFrameLimit else { return }
         self.deliveredSinceWrite += 1
         if self.deliveredSinceWrite >= self.nextEarlyWrite {
             self.deliveredSinceWrite = 0

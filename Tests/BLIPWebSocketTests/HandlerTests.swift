@@ -188,6 +188,42 @@ struct HandlerTests {
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
+    @Test("a close decided during an early write goes out after that write's frames, and nothing follows it")
+    func closeDuringEarlyWrite() throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = try Self.channel(handler)
+        let sink = EchoSink(writesWithinReadBatch: true)
+        sink.closeAfter = 6
+        sink.handler = handler
+        handler.start(sink)
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames((0..<22).map { [UInt8($0)] })))
+        channel.pipeline.fireChannelReadComplete()
+        channel.embeddedEventLoop.run()
+        let frames = Self.frames(in: try Self.writes(on: channel).flatMap { $0 })
+        // The second early write (after twenty messages) echoes 5-20 and then closes; 21 and 22 are dropped.
+        #expect(frames.map(\.opcode) == Array(repeating: 2, count: 20) + [8])
+        #expect(frames.prefix(20).map(\.payload) == (0..<20).map { [UInt8($0)] })
+        sink.handler = nil
+        _ = try? channel.finish(acceptAlreadyClosed: true)
+    }
+
+    @Test("messages held from before the start do not count towards a read batch's early write")
+    func earlyMessagesDoNotCount() throws {
+        let handler = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let channel = try Self.channel(handler)
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames((0..<6).map { [UInt8($0)] })))
+        let sink = EchoSink(writesWithinReadBatch: true)
+        handler.start(sink)
+        // The start's own pump answers the six held messages in one write.
+        #expect(try Self.writes(on: channel).map { Self.frames(in: $0).count } == [6])
+        // The next batch counts from zero: its first early write comes after four messages, not fewer.
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames((0..<3).map { [UInt8($0)] })))
+        #expect(try Self.writes(on: channel).isEmpty)
+        channel.pipeline.fireChannelRead(ByteBuffer(bytes: Self.maskedFrames([[3]])))
+        #expect(try Self.writes(on: channel).map { Self.frames(in: $0).count } == [4])
+        _ = try? channel.finish(acceptAlreadyClosed: true)
+    }
+
     @Test("a BLIP server answering at once writes its replies to a long read batch before the batch ends")
     func blipConnectionWritesEarly() async throws {
         // A loop that can serve as the connection's executor, unlike EmbeddedChannel's. The handler is used
@@ -346,6 +382,11 @@ final class ClosingSink: FrameSink, @unchecked Sendable {
 final class EchoSink: FrameSink, @unchecked Sendable {
     let writesWithinReadBatch: Bool
     private var queued: [ByteBuffer] = []
+    /// After this many echoes, the sink closes the handler from inside `nextMessage`, as a connection whose
+    /// engine fails while framing does.
+    var closeAfter: Int?
+    var handler: BLIPWebSocketHandler?
+    private var produced = 0
 
     init(writesWithinReadBatch: Bool) {
         self.writesWithinReadBatch = writesWithinReadBatch
@@ -360,6 +401,8 @@ final class EchoSink: FrameSink, @unchecked Sendable {
         guard !self.queued.isEmpty else { return nil }
         var message = self.queued.removeFirst()
         buffer.writeBuffer(&message)
+        self.produced += 1
+        if self.produced == self.closeAfter { self.handler?.close(BLIPCloseReason(.protocolError, "engine failed")) }
         return .binary
     }
 
