@@ -74,9 +74,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var isPumping = false
     private var pumpAgain = false
     private var isPumpScheduled = false
-    /// Messages delivered in this read batch since its last write, and how many more make the next one.
-    private var deliveredSinceWrite = 0
-    private var nextEarlyWrite = BLIPWebSocketHandler.firstEarlyWrite
+    /// Small messages this read batch has still to deliver before its next early write.
+    private var untilEarlyWrite = BLIPWebSocketHandler.firstEarlyWrite
     /// The sink's `writesWithinReadBatch`, read once at the start.
     private var writesEarly = false
     /// A frame buffer allocated but not used by the last pump (there was nothing to send), or emptied into
@@ -366,10 +365,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         // Small messages only: a batch of large ones is a few frames, whose ACKs keep their usual timing (the
         // adaptive send window reads round trips from them).
         guard self.writesEarly, message.readableBytes <= Self.batchedFrameLimit else { return }
-        self.deliveredSinceWrite += 1
-        if self.deliveredSinceWrite >= self.nextEarlyWrite {
-            self.deliveredSinceWrite = 0
-            self.nextEarlyWrite = Self.earlyWriteInterval
+        self.untilEarlyWrite -= 1
+        if self.untilEarlyWrite == 0 {
+            self.untilEarlyWrite = Self.earlyWriteInterval
             self.pump()
         }
     }
@@ -377,8 +375,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     func channelReadComplete(context: ChannelHandlerContext) {
         // Replies and ACKs that the reads produced (since the batch's last early write) go out in one
         // flush, after the tasks the reads woke (handlers answering, callers about to send) have run.
-        self.deliveredSinceWrite = 0
-        self.nextEarlyWrite = Self.firstEarlyWrite
+        self.untilEarlyWrite = Self.firstEarlyWrite
         self.pumpLater(context: context)
         context.fireChannelReadComplete()
     }
