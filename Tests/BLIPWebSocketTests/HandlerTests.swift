@@ -112,10 +112,7 @@ struct HandlerTests {
         }
         try channel.writeInbound(ByteBuffer(bytes: inbound))
         channel.embeddedEventLoop.run()
-        var writes: [[UInt8]] = []
-        while let piece = try channel.readOutbound(as: ByteBuffer.self) {
-            writes.append(Array(piece.readableBytesView))
-        }
+        let writes = try Self.writes(on: channel)
         // The two small frames, the large one, the last two small ones.
         #expect(writes.map { Self.frames(in: $0).count } == [2, 1, 2])
         let echoed = Self.frames(in: writes.flatMap { $0 })
@@ -287,8 +284,7 @@ struct HandlerTests {
         sink.handler = handler
         handler.start(sink)
         channel.embeddedEventLoop.run()
-        var written: [UInt8] = []
-        while let piece = try channel.readOutbound(as: ByteBuffer.self) { written += piece.readableBytesView }
+        let written = try Self.writes(on: channel).flatMap { $0 }
         let frames = Self.frames(in: written)
         #expect(frames.map(\.opcode) == [2, 2, 2, 2, 8])
         #expect(frames.prefix(4).map { String(decoding: $0.payload, as: UTF8.self) } == ["m1", "m2", "m3", "m4"])
@@ -309,8 +305,7 @@ struct HandlerTests {
         sink.total = 2
         // FIN + ping, masked, 16-bit length 126: the decoder refuses it.
         try channel.writeInbound(ByteBuffer(bytes: [0x89, 0xFE, 0x00, 0x7E, 1, 2, 3, 4]))
-        var written: [UInt8] = []
-        while let piece = try channel.readOutbound(as: ByteBuffer.self) { written += piece.readableBytesView }
+        let written = try Self.writes(on: channel).flatMap { $0 }
         #expect(Self.frames(in: written).map(\.opcode) == [2, 2, 8])
         #expect(!channel.isActive)
         channel.embeddedEventLoop.run()
@@ -329,8 +324,7 @@ struct HandlerTests {
         handler.start(RawEndpoint(mode: .echo))
         try channel.writeInbound(ByteBuffer(bytes: [0x82, 0x83, 0, 0, 0, 0, 7, 8, 9]))
         channel.embeddedEventLoop.run()
-        var written: [UInt8] = []
-        while let piece = try channel.readOutbound(as: ByteBuffer.self) { written += piece.readableBytesView }
+        let written = try Self.writes(on: channel).flatMap { $0 }
         #expect(written == [0x82, 0x03, 7, 8, 9])
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
