@@ -181,7 +181,7 @@ let package = Package(
         .testTarget(
             name: "BLIPToolTests",
             dependencies: [
-                "BLIPTool", "BLIPWebSocket", "BLIP", "BLIPTestSupport", nioCore, nioPosix, nioLocks,
+                "BLIPTool", "BLIPWebSocket", "BLIP", "BLIPTestSupport", "BLIPPeerHarness", nioCore, nioPosix, nioLocks,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -46,7 +46,8 @@ struct ProxyLogFormat: Sendable {
         bytes += "  ".utf8
         JSONWriter.appendDecimal(message.frameCount, to: &bytes)
         bytes += (message.frameCount == 1 ? " frame in " : " frames in ").utf8
-        bytes += "\(Self.milliseconds(duration)) ms".utf8
+        JSONWriter.appendThousandths(Self.microseconds(duration), to: &bytes)
+        bytes += " ms".utf8
         return true
     }
 
@@ -124,7 +125,7 @@ struct ProxyLogFormat: Sendable {
             TrafficFormat.writeMessageFields(message, redacting: self.redactedProperties, into: &json)
             json.int("frames", message.frameCount)
             json.key("duration_ms")
-            json.double(Self.milliseconds(duration))
+            json.thousandths(Self.microseconds(duration))
         case .ack(let direction, let header, let count):
             json.string("event", "ack")
             json.string("direction", direction.rawValue)
@@ -172,36 +173,72 @@ struct ProxyLogFormat: Sendable {
         json.endObject()
     }
 
-    static func milliseconds(_ duration: TimeAmount) -> Double {
-        (Double(duration.nanoseconds) / 1_000).rounded() / 1_000
+    /// The duration in whole microseconds (halves away from zero): milliseconds to three places.
+    static func microseconds(_ duration: TimeAmount) -> Int {
+        let nanoseconds = Int(duration.nanoseconds)
+        let (whole, rest) = nanoseconds.quotientAndRemainder(dividingBy: 1_000)
+        return rest.magnitude >= 500 ? whole + nanoseconds.signum() : whole
     }
 
-    /// `2026-11-23T10:04:05.123456Z` (UTC) with the day, `10:04:05.123` without it (text lines).
+    /// `2026-11-23T10:04:05.123456Z` (UTC) with the day, `10:04:05.123` without it (text lines). The
+    /// calendar date is worked out from the day number, not by `gmtime_r`, which took a lock and converted
+    /// time zones for every line; the fields are written in one pass.
     static func writeTime(_ date: Date, withDay: Bool, into bytes: inout [UInt8]) {
         let interval = date.timeIntervalSince1970
-        var seconds = time_t(interval.rounded(.down))
+        let seconds = Int(interval.rounded(.down))
         let micros = Int(((interval - Double(seconds)) * 1_000_000).rounded(.down))
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
+        let (days, secondOfDay) = Self.floorDivision(seconds, 86_400)
+        var (year, month, day) = (0, 0, 0)
         if withDay {
-            JSONWriter.appendDecimal(Int(parts.tm_year) + 1900, width: 4, to: &bytes)
-            bytes.append(UInt8(ascii: "-"))
-            JSONWriter.appendDecimal(Int(parts.tm_mon) + 1, width: 2, to: &bytes)
-            bytes.append(UInt8(ascii: "-"))
-            JSONWriter.appendDecimal(Int(parts.tm_mday), width: 2, to: &bytes)
-            bytes.append(UInt8(ascii: "T"))
+            (year, month, day) = Self.civilDate(daysSince1970: days)
+            if !(0...9_999).contains(year) {
+                // More than four digits, or a sign: written ahead, and the four-digit slot left out below.
+                JSONWriter.appendDecimal(year, width: 4, to: &bytes)
+            }
         }
-        JSONWriter.appendDecimal(Int(parts.tm_hour), width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        JSONWriter.appendDecimal(Int(parts.tm_min), width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        JSONWriter.appendDecimal(Int(parts.tm_sec), width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: "."))
-        if withDay {
-            JSONWriter.appendDecimal(micros, width: 6, to: &bytes)
-            bytes.append(UInt8(ascii: "Z"))
-        } else {
-            JSONWriter.appendDecimal(micros / 1_000, width: 3, to: &bytes)
+        let fourDigitYear = (0...9_999).contains(year)
+        JSONWriter.write(atMost: 27, to: &bytes) { out in
+            var index = 0
+            if withDay {
+                if fourDigitYear { JSONWriter.putDigits(year, count: 4, at: &index, in: out) }
+                JSONWriter.put(UInt8(ascii: "-"), at: &index, in: out)
+                JSONWriter.putDigits(month, count: 2, at: &index, in: out)
+                JSONWriter.put(UInt8(ascii: "-"), at: &index, in: out)
+                JSONWriter.putDigits(day, count: 2, at: &index, in: out)
+                JSONWriter.put(UInt8(ascii: "T"), at: &index, in: out)
+            }
+            JSONWriter.putDigits(secondOfDay / 3_600, count: 2, at: &index, in: out)
+            JSONWriter.put(UInt8(ascii: ":"), at: &index, in: out)
+            JSONWriter.putDigits(secondOfDay / 60 % 60, count: 2, at: &index, in: out)
+            JSONWriter.put(UInt8(ascii: ":"), at: &index, in: out)
+            JSONWriter.putDigits(secondOfDay % 60, count: 2, at: &index, in: out)
+            JSONWriter.put(UInt8(ascii: "."), at: &index, in: out)
+            if withDay {
+                JSONWriter.putDigits(micros, count: 6, at: &index, in: out)
+                JSONWriter.put(UInt8(ascii: "Z"), at: &index, in: out)
+            } else {
+                JSONWriter.putDigits(micros / 1_000, count: 3, at: &index, in: out)
+            }
+            return index
         }
+    }
+
+    /// Quotient rounded down, and a remainder that is never negative (times before 1970 too).
+    private static func floorDivision(_ value: Int, _ divisor: Int) -> (quotient: Int, remainder: Int) {
+        let (quotient, remainder) = value.quotientAndRemainder(dividingBy: divisor)
+        return remainder < 0 ? (quotient - 1, remainder + divisor) : (quotient, remainder)
+    }
+
+    /// The proleptic Gregorian date of a day counted from 1970-01-01. Counts in 400-year eras (146 097 days
+    /// each) of years that begin on March 1, so that a leap day is the last day of its year.
+    static func civilDate(daysSince1970 days: Int) -> (year: Int, month: Int, day: Int) {
+        let (era, dayOfEra) = Self.floorDivision(days + 719_468, 146_097)  // day 0: 0000-03-01
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthFromMarch = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * monthFromMarch + 2) / 5 + 1
+        let month = monthFromMarch < 10 ? monthFromMarch + 3 : monthFromMarch - 9
+        let year = era * 400 + yearOfEra + (month <= 2 ? 1 : 0)
+        return (year, month, day)
     }
 }
