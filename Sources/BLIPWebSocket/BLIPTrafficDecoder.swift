@@ -50,7 +50,8 @@ public final class BLIPTrafficDecoder {
         public var bodySHA256: String?
         /// The body as text, when it is shorter than ``BLIPTrafficDecoder/keptBodyBytes`` and valid UTF-8.
         public var bodyText: String?
-        /// The body's first bytes (at most ``BLIPTrafficDecoder/keptBodyBytes``).
+        /// The body's first bytes (at most ``BLIPTrafficDecoder/keptBodyBytes``). For a message of one frame,
+        /// a slice of that frame's buffer.
         public var bodyPrefix: ByteBuffer
         public var frameCount: Int
         /// When the first frame was decoded, by `NIODeadline.now()`.
@@ -96,8 +97,9 @@ public final class BLIPTrafficDecoder {
             .map { "\($0.isRequest ? "MSG" : "RPY")#\($0.number)" }
     }
 
-    /// Decodes the next frame of this direction (one WebSocket binary message's payload).
-    public func decode(_ bytes: ByteBuffer) throws(BLIPTrafficDecodingError) -> Step {
+    /// Decodes the next frame of this direction (one WebSocket binary message's payload), which arrived at
+    /// `time` (a message's ``Message/started`` is its first frame's).
+    public func decode(_ bytes: ByteBuffer, at time: NIODeadline = .now()) throws(BLIPTrafficDecodingError) -> Step {
         let decoded: BLIPDecodedFrame
         do {
             decoded = try self.frames.decode(bytes)
@@ -123,14 +125,15 @@ public final class BLIPTrafficDecoder {
                     checksum: data.checksum
                 )
             )
-            return Step(frame: frame, message: try self.append(data))
+            return Step(frame: frame, message: try self.append(data, at: time))
         }
     }
 
-    private func append(_ data: BLIPDataFrame) throws(BLIPTrafficDecodingError) -> Message? {
+    private func append(_ data: BLIPDataFrame, at time: NIODeadline) throws(BLIPTrafficDecodingError) -> Message? {
         let key = MessageKey(isRequest: data.header.type == .request, number: data.header.messageNumber)
         var message: InProgress
-        if let existing = self.inProgress.removeValue(forKey: key) {
+        // Most messages are one frame, and none is in progress: the table is not hashed into then.
+        if !self.inProgress.isEmpty, let existing = self.inProgress.removeValue(forKey: key) {
             message = existing
         } else {
             guard self.inProgress.count < Self.maximumMessagesInProgress else {
@@ -143,7 +146,7 @@ public final class BLIPTrafficDecoder {
             message = InProgress(
                 reader: self.frames.makeMessageReader(for: data.header),
                 header: data.header,
-                started: .now()
+                started: time
             )
         }
         do {
@@ -157,7 +160,13 @@ public final class BLIPTrafficDecoder {
             }
             let room = Self.keptBodyBytes - message.prefix.readableBytes
             if room > 0, let kept = piece.getSlice(at: piece.readerIndex, length: min(room, piece.readableBytes)) {
-                message.prefix.writeImmutableBuffer(kept)
+                if message.frameCount == 1 && !data.header.flags.contains(.moreComing) {
+                    // A message of one frame (most are) keeps a slice of it: no copy. A message still in
+                    // progress copies, so that it never holds on to a whole read of the connection.
+                    message.prefix = kept
+                } else {
+                    message.prefix.writeImmutableBuffer(kept)
+                }
             }
             if data.header.flags.contains(.moreComing) {
                 self.inProgress[key] = message
@@ -198,9 +207,12 @@ extension BLIPTrafficDecoder {
         digest.withUnsafeBytes { bytes in
             String(unsafeUninitializedCapacity: bytes.count * 2) { out in
                 Self.hexDigits.withUnsafeBufferPointer { digits in
-                    for (index, byte) in bytes.enumerated() {
-                        out[2 * index] = digits[Int(byte >> 4)]
-                        out[2 * index + 1] = digits[Int(byte & 0x0F)]
+                    var index = 0
+                    while index < bytes.count {
+                        let byte = bytes[index]
+                        out[2 &* index] = digits[Int(byte &>> 4)]
+                        out[2 &* index &+ 1] = digits[Int(byte & 0x0F)]
+                        index &+= 1
                     }
                 }
                 return bytes.count * 2

@@ -54,8 +54,8 @@ final class ConnectionInspector {
         )
     }
 
-    func emit(_ kind: BLIPInspectingProxy.Event.Kind) {
-        self.report(BLIPInspectingProxy.Event(connection: self.id, time: Date(), kind: kind))
+    func emit(_ kind: BLIPInspectingProxy.Event.Kind, at time: Date = Date()) {
+        self.report(BLIPInspectingProxy.Event(connection: self.id, time: time, kind: kind))
     }
 
     /// The client's request head, as the client sent it, and its length in bytes.
@@ -152,8 +152,11 @@ final class ConnectionInspector {
 
     private func inspect(_ bytes: ByteBuffer, _ direction: DirectionInspector) {
         guard !direction.stopped else { return }
+        // Everything in one chunk arrived together: its events share one reading of each clock, taken when the
+        // first needs it (three readings per message showed in profiles of pipelined traffic).
+        var arrival: ChunkArrival?
         do {
-            try direction.observer.observe(bytes) { event in self.handle(event, direction) }
+            try direction.observer.observe(bytes) { event in self.handle(event, direction, arrival: &arrival) }
         } catch {
             self.stop(direction, "\(error)")
         }
@@ -161,27 +164,34 @@ final class ConnectionInspector {
         if direction.stopped { direction.observer = WebSocketStreamObserver(maximumMessageSize: 0) }
     }
 
-    private func handle(_ event: WebSocketStreamObserver.Event, _ direction: DirectionInspector) {
+    private func handle(
+        _ event: WebSocketStreamObserver.Event,
+        _ direction: DirectionInspector,
+        arrival: inout ChunkArrival?
+    ) {
         guard !direction.stopped else { return }
+        let time = arrival ?? ChunkArrival()
+        arrival = time
         switch event {
         case .ping(let payload):
-            self.emit(.control(direction.direction, .ping(payload)))
+            self.emit(.control(direction.direction, .ping(payload)), at: time.date)
         case .pong(let payload):
-            self.emit(.control(direction.direction, .pong(payload)))
+            self.emit(.control(direction.direction, .pong(payload)), at: time.date)
         case .close(let code, let reason):
-            self.emit(.control(direction.direction, .close(code: code, reason: reason)))
+            self.emit(.control(direction.direction, .close(code: code, reason: reason)), at: time.date)
         case .message(let payload, isText: true):
-            self.emit(.control(direction.direction, .text(payload)))
+            self.emit(.control(direction.direction, .text(payload)), at: time.date)
         case .message(let payload, isText: false):
             self.capture?.record(payload, clientToServer: direction.direction == .clientToServer)
             guard let decoder = direction.decoder else { return }
             do {
-                let step = try decoder.decode(payload)
+                let step = try decoder.decode(payload, at: time.deadline)
                 if case .ack(let count) = step.frame.kind {
-                    self.emit(.ack(direction.direction, step.frame.header, byteCount: count))
+                    self.emit(.ack(direction.direction, step.frame.header, byteCount: count), at: time.date)
                 }
                 if let message = step.message {
-                    self.emit(.message(direction.direction, message, duration: .now() - message.started))
+                    let duration = time.deadline - message.started
+                    self.emit(.message(direction.direction, message, duration: duration), at: time.date)
                 }
             } catch {
                 self.stop(direction, "\(error)")
@@ -208,6 +218,13 @@ final class ConnectionInspector {
             )
         )
     }
+}
+
+/// When a chunk of relayed bytes arrived, by the wall clock (for the log) and the monotonic one (for
+/// durations).
+struct ChunkArrival {
+    let date = Date()
+    let deadline = NIODeadline.now()
 }
 
 /// One direction's observer and decoder.

@@ -371,6 +371,36 @@ struct InspectingProxyTests {
         }
     }
 
+    @Test(
+        "a message starts when its first frame arrived (the time the caller gives); a one-frame message between two frames of another is its own"
+    )
+    func arrivalTimes() throws {
+        let decoder = BLIPTrafficDecoder(dialect: .blip2)
+        func frame(_ number: UInt64, moreComing: Bool, _ data: [UInt8]) throws -> ByteBuffer {
+            var frame = ByteBuffer()
+            _ = try BLIPFrameHeader(messageNumber: number, type: .request, flags: moreComing ? .moreComing : [])
+                .write(to: &frame, dialect: .blip2)
+            frame.writeBytes(data)
+            return frame
+        }
+        let start = NIODeadline.uptimeNanoseconds(5_000_000_000)
+        let one = try decoder.decode(frame(1, moreComing: false, [0x00] + Array("one".utf8)), at: start).message
+        #expect(one?.started == start && one?.bodyText == "one" && one?.frameCount == 1)
+        let first = try decoder.decode(
+            frame(2, moreComing: true, [0x00] + Array("tw".utf8)),
+            at: start + .milliseconds(1)
+        )
+        #expect(first.message == nil && decoder.incompleteMessages == ["MSG#2"])
+        let between = try decoder.decode(frame(3, moreComing: false, [0x00, 0x78]), at: start + .milliseconds(2))
+            .message
+        #expect(between?.number == 3 && between?.started == start + .milliseconds(2) && between?.bodyText == "x")
+        let two = try decoder.decode(frame(2, moreComing: false, Array("o!".utf8)), at: start + .milliseconds(6))
+            .message
+        #expect(two?.started == start + .milliseconds(1) && two?.frameCount == 2)
+        #expect(two?.bodyText == "two!" && two.map { String(buffer: $0.bodyPrefix) } == "two!")
+        #expect(decoder.incompleteMessages.isEmpty)
+    }
+
     @Test("the server closing with a code: the client's pending request fails with that code, through the proxy")
     func serverCloseReachesTheClient() async throws {
         try await withServer(router: CloseStatusOverWebSocketTests.router()) { server in
