@@ -8,7 +8,7 @@ public import NIOCore
 /// It reports each frame and, when a message's last frame arrives, the whole message, without keeping
 /// bodies: only their size, digest and first bytes. `blip decode` and ``BLIPInspectingProxy`` share it.
 ///
-/// After ``decode(_:)`` throws, the direction cannot be followed any further (the checksum or the
+/// After ``decode(_:at:)`` throws, the direction cannot be followed any further (the checksum or the
 /// inflater's state is lost); callers stop feeding it.
 public final class BLIPTrafficDecoder {
     /// Messages whose last frame has not arrived yet, at most: a peer that opens more is reported as an
