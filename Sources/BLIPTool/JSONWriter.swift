@@ -141,6 +141,7 @@ struct JSONWriter {
         to bytes: inout [UInt8],
         _ body: (UnsafeMutablePointer<UInt8>) -> Int
     ) {
+        guard count > 0 else { return }  // no storage to point at
         bytes.append(addingCapacity: count) { span in
             span.withUnsafeMutableBufferPointer { buffer, initialized in
                 initialized += body(buffer.baseAddress! + initialized)
