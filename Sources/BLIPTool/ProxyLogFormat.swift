@@ -181,8 +181,8 @@ struct ProxyLogFormat: Sendable {
     }
 
     /// `2026-11-23T10:04:05.123456Z` (UTC) with the day, `10:04:05.123` without it (text lines). The
-    /// calendar date is worked out from the day number, not by `gmtime_r`, which took a lock and converted
-    /// time zones for every line; the fields are written in one pass.
+    /// calendar date is worked out from the day number, not by `gmtime_r`, which took glibc's time-zone lock
+    /// for every line; the fields are written in one pass.
     static func writeTime(_ date: Date, withDay: Bool, into bytes: inout [UInt8]) {
         let interval = date.timeIntervalSince1970
         let seconds = Int(interval.rounded(.down))

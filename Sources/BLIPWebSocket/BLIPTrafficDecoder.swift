@@ -17,6 +17,9 @@ public final class BLIPTrafficDecoder {
     public static let maximumMessagesInProgress = 256
     /// Body bytes kept of each message for ``Message/bodyText`` and ``Message/bodyPrefix``.
     public static let keptBodyBytes = 4096
+    /// The largest storage (one socket read's) that a message's ``Message/bodyPrefix`` may share instead of
+    /// copying from.
+    static let sharedStorageLimit = 64 * 1024
 
     /// One frame, as decoded.
     public struct Frame: Sendable {
@@ -50,11 +53,11 @@ public final class BLIPTrafficDecoder {
         public var bodySHA256: String?
         /// The body as text, when it is shorter than ``BLIPTrafficDecoder/keptBodyBytes`` and valid UTF-8.
         public var bodyText: String?
-        /// The body's first bytes (at most ``BLIPTrafficDecoder/keptBodyBytes``). For a message of one frame,
-        /// a slice of that frame's buffer.
+        /// The body's first bytes (at most ``BLIPTrafficDecoder/keptBodyBytes``). For a message of one
+        /// uncompressed frame, a slice of that frame's buffer (which holds at most 64 KiB); otherwise a copy.
         public var bodyPrefix: ByteBuffer
         public var frameCount: Int
-        /// When the first frame was decoded, by `NIODeadline.now()`.
+        /// When the first frame arrived: the time given to ``BLIPTrafficDecoder/decode(_:at:)`` with it.
         public var started: NIODeadline
     }
 
@@ -160,9 +163,13 @@ public final class BLIPTrafficDecoder {
             }
             let room = Self.keptBodyBytes - message.prefix.readableBytes
             if room > 0, let kept = piece.getSlice(at: piece.readerIndex, length: min(room, piece.readableBytes)) {
-                if message.frameCount == 1 && !data.header.flags.contains(.moreComing) {
-                    // A message of one frame (most are) keeps a slice of it: no copy. A message still in
-                    // progress copies, so that it never holds on to a whole read of the connection.
+                if message.frameCount == 1 && !data.header.flags.contains(.moreComing)
+                    && !data.header.flags.contains(.compressed) && kept.storageCapacity <= Self.sharedStorageLimit
+                {
+                    // A message of one uncompressed frame (most are) keeps a slice of that frame: no copy. A
+                    // message still in progress, or a body inflated into the decoder's reused scratch, or a
+                    // frame reassembled into a large buffer, copies, so that a message kept by the caller
+                    // never holds on to more than one read's worth of storage.
                     message.prefix = kept
                 } else {
                     message.prefix.writeImmutableBuffer(kept)

@@ -152,8 +152,9 @@ final class ConnectionInspector {
 
     private func inspect(_ bytes: ByteBuffer, _ direction: DirectionInspector) {
         guard !direction.stopped else { return }
-        // Everything in one chunk arrived together: its events share one reading of each clock, taken when the
-        // first needs it (three readings per message showed in profiles of pipelined traffic).
+        // Everything in one chunk arrived together: its frames' events share one reading of each clock, taken
+        // when the first of them is reported (three readings per message showed in profiles of pipelined
+        // traffic).
         var arrival: ChunkArrival?
         do {
             try direction.observer.observe(bytes) { event in self.handle(event, direction, arrival: &arrival) }

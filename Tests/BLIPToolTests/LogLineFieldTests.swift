@@ -73,11 +73,16 @@ struct LogLineFieldTests {
         }
     }
 
-    @Test("timestamps from the day number match gmtime_r, 1970 to 9999 and before 1970")
+    @Test("timestamps from the day number match gmtime_r, year 0 to 9999 and past it")
     func timestamps() {
         var random = SimulationRandom(seed: 0x5EED_0005)
-        var seconds: [Int] = [0, -1, 86_399, 86_400, 951_782_400, 951_868_799, 4_107_456_000, 253_402_300_799]
-        seconds += (0..<50_000).map { _ in random.int(in: -62_135_596_800...253_402_300_799) }
+        // Year 0 (1 BC) and years past 9999 too: the four-digit slot and the wider year written ahead of it.
+        var seconds: [Int] = [
+            0, -1, 86_399, 86_400, 951_782_400, 951_868_799, 4_107_456_000, 253_402_300_799, 253_402_300_800,
+            -62_167_219_200, -62_135_596_801, 568_971_820_800,
+        ]
+        seconds += (0..<50_000).map { _ in random.int(in: -62_167_219_200...253_402_300_799) }
+        seconds += (0..<1_000).map { _ in random.int(in: 253_402_300_800...568_971_820_800) }
         for second in seconds {
             let micros = random.int(in: 0...999_999)
             let date = Date(timeIntervalSince1970: Double(second) + Double(micros) / 1_000_000)

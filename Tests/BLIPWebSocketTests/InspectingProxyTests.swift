@@ -97,6 +97,12 @@ struct InspectingProxyTests {
                 }
                 #expect(replies[3].properties["Error-Code"] == "409")
                 #expect(log.stoppedDecoding.isEmpty, "\(log.stoppedDecoding)")
+                // A message of one frame arrived in one relayed chunk: it took no time, whatever decoding took.
+                let timings = log.frameCountsAndDurations
+                #expect(timings.contains { $0.frames == 1 } && timings.contains { $0.frames > 1 })
+                for timing in timings {
+                    #expect(timing.frames > 1 ? timing.duration >= .zero : timing.duration == .zero, "\(timing)")
+                }
                 #expect(log.closeCodes == [.clientToServer: 1000, .serverToClient: 1000])
                 // BLIP 3 and BLIP 2 acknowledge a 300 KB message as it arrives; the seed dialect has no ACKs.
                 #expect((log.ackCount > 0) == (dialect != .seed))
@@ -587,6 +593,14 @@ final class ProxyEventLog: Sendable {
     }
 
     private var all: [BLIPInspectingProxy.Event] { self.events.withLockedValue { $0 } }
+
+    /// Each decoded message's frame count and reported duration, both directions.
+    var frameCountsAndDurations: [(frames: Int, duration: TimeAmount)] {
+        self.all.compactMap {
+            if case .message(_, let message, let duration) = $0.kind { return (message.frameCount, duration) }
+            return nil
+        }
+    }
 
     func messages(_ direction: BLIPInspectingProxy.Direction) -> [BLIPTrafficDecoder.Message] {
         self.all.compactMap {
