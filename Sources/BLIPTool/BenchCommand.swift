@@ -16,7 +16,9 @@ struct BenchCommand: AsyncParsableCommand {
             `source`. urgent: 100 small requests while 64 MiB streams. --baseline also runs the rt, \
             pipelined and bulk shapes as raw WebSocket messages over the same transport and prints each BLIP \
             figure as a ratio to it; for rt and pipelined, in two shapes: a task awaiting each echo, and \
-            echoes driven from the event loop (the handler baseline).
+            echoes driven from the event loop (the handler baseline). --via runs rt, pipelined and bulk also \
+            through a relay in front of the same server (`blip proxy`), the two routes taking turns for \
+            --rounds rounds, and prints each route's median round, the relay's as a ratio to direct's.
             """
     )
 
@@ -62,6 +64,18 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Compress bulk data.") var compressed = false
     @Option(help: "Bulk direction: up (to sink) or down (from source).") var direction: Direction?
     @Flag(help: "Also run the raw WebSocket shapes and print ratios to them.") var baseline = false
+    @Option(
+        help: """
+            rt, pipelined and bulk: also run each workload through this URL (a relay such as `blip proxy` in \
+            front of the same server), taking turns with the direct URL round by round, and print the relay's \
+            median as a ratio to direct's.
+            """
+    )
+    var via: String?
+    @Option(
+        help: "rt, pipelined and bulk: rounds of each workload, reported as the median round (default 1; 5 with --via)."
+    )
+    var rounds: Int?
     @Flag(help: "rt and pipelined: the callers' tasks prefer the connection's event loop as their executor.")
     var onEventLoop = false
     @Flag(help: "rt and pipelined: each reply's callback sends the next request (sendRequest(…onReply:)).")
@@ -89,6 +103,18 @@ struct BenchCommand: AsyncParsableCommand {
         }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
+        }
+        if let rounds = self.rounds, !(1...1000).contains(rounds) {
+            throw ValidationError("--rounds is 1 to 1000")
+        }
+        if self.via != nil && self.startsServer {
+            throw ValidationError("--via needs the server's URL (the relay's upstream), not --self")
+        }
+        if self.runsRounds {
+            guard [.rt, .pipelined, .bulk, .all].contains(self.workload) else {
+                throw ValidationError("--via and --rounds apply to rt, pipelined and bulk")
+            }
+            if self.baseline { throw ValidationError("--baseline runs once, without --via or --rounds") }
         }
     }
 
@@ -158,6 +184,8 @@ struct BenchResult {
     /// To the raw shape with a task awaiting each message, and to the handler-style one (event loop only).
     var ratio: Double?
     var handlerRatio: Double?
+    /// Through `--via`: this route's median to the direct route's, from the same run.
+    var directRatio: Double?
 
     /// A round-trip workload's figures: `sortedLatencies` has one entry per message, in ascending order.
     static func roundTrips(
@@ -195,6 +223,7 @@ struct BenchResult {
         if let ratio = self.handlerRatio {
             object["ratio_to_handler_baseline"] = (ratio * 1000).rounded() / 1000
         }
+        if let ratio = self.directRatio { object["ratio_to_direct"] = (ratio * 1000).rounded() / 1000 }
         for (key, value) in self.extra { object[key] = value }
         return object
     }
@@ -210,6 +239,7 @@ struct BenchResult {
         for (key, value) in self.extra.sorted(by: { $0.key < $1.key }) { parts.append("\(key) \(value)") }
         if let ratio = self.ratio { parts.append(String(format: "= %.2fx baseline", ratio)) }
         if let ratio = self.handlerRatio { parts.append(String(format: "%.2fx handler baseline", ratio)) }
+        if let ratio = self.directRatio { parts.append(String(format: "= %.2fx direct", ratio)) }
         return parts.joined(separator: "  ")
     }
 }

@@ -74,28 +74,42 @@ struct BenchRunner {
         }
         if workload == .rt || workload == .all {
             let count = self.options.count ?? 20_000
-            var result = try await self.roundTrips(
-                count: count,
-                concurrency: 1,
-                warmUp: 1000,
-                size: smallSize,
-                name: "rt"
-            )
-            if self.options.baseline {
-                try await self.compareToBaselines(&result, count: count, concurrency: 1, warmUp: 1000, size: smallSize)
+            let measure = { (runner: BenchRunner) in
+                try await runner.roundTrips(count: count, concurrency: 1, warmUp: 1000, size: smallSize, name: "rt")
             }
-            self.report(result)
+            if self.options.runsRounds {
+                try await self.reportRounds(measure)
+            } else {
+                var result = try await measure(self)
+                if self.options.baseline {
+                    try await self.compareToBaselines(
+                        &result,
+                        count: count,
+                        concurrency: 1,
+                        warmUp: 1000,
+                        size: smallSize
+                    )
+                }
+                self.report(result)
+            }
         }
         if workload == .pipelined || workload == .all {
             for concurrency in self.options.concurrency.map({ [$0] }) ?? [16, 64] {
                 let count = self.options.count ?? 50_000
-                var result = try await self.roundTrips(
-                    count: count,
-                    concurrency: concurrency,
-                    warmUp: 200,
-                    size: smallSize,
-                    name: "pipelined-\(concurrency)"
-                )
+                let measure = { (runner: BenchRunner) in
+                    try await runner.roundTrips(
+                        count: count,
+                        concurrency: concurrency,
+                        warmUp: 200,
+                        size: smallSize,
+                        name: "pipelined-\(concurrency)"
+                    )
+                }
+                if self.options.runsRounds {
+                    try await self.reportRounds(measure)
+                    continue
+                }
+                var result = try await measure(self)
                 if self.options.baseline {
                     try await self.compareToBaselines(
                         &result,
@@ -121,6 +135,12 @@ struct BenchRunner {
                 : [(self.options.data ?? .random, self.options.compressed, self.options.direction ?? .up)]
             var baselines: [BenchCommand.Direction: BenchResult] = [:]
             for (data, compressed, direction) in shapes {
+                if self.options.runsRounds {
+                    try await self.reportRounds {
+                        try await $0.bulk(size: size, data: data, compressed: compressed, direction: direction)
+                    }
+                    continue
+                }
                 var result = try await self.bulk(size: size, data: data, compressed: compressed, direction: direction)
                 if self.options.baseline {
                     if baselines[direction] == nil {
@@ -146,7 +166,8 @@ struct BenchRunner {
                 )
             )
         }
-        if workload == .urgent || workload == .all {
+        // In rounds, `all` is the workloads that have a single figure to take the median of.
+        if workload == .urgent || (workload == .all && !self.options.runsRounds) {
             if self.options.warmsUp && workload == .urgent {
                 // Untimed, on a connection of its own: the first bulk message a process sends pays one-time
                 // costs (the runtime's first look-ups of types and conformances on the paths it takes) that
