@@ -281,12 +281,7 @@ struct RequestExitCodeTests {
 
     @Test("exit status 2 when the server refuses the handshake; the report names status, challenge and body")
     func refusedHandshake() async throws {
-        var router = BLIPRouter()
-        router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration.forTests
-        configuration.port = 0
-        configuration.path = "/db/_blipsync"
-        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        let server = try await BLIPWebSocketServer.bindStandardProfiles { $0.path = "/db/_blipsync" }
         async let serving: Void = server.run()
         for json in [false, true] {
             let refused = await #expect(throws: ExitCode.self) {
@@ -360,11 +355,7 @@ struct RequestExitCodeTests {
 
     @Test("delay, call-peer and close-connection: the profiles the browser tests drive")
     func browserTestProfiles() async throws {
-        var router = BLIPRouter()
-        router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration.forTests
-        configuration.port = 0
-        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        let server = try await BLIPWebSocketServer.bindStandardProfiles()
         async let serving: Void = server.run()
         // The client's own handlers, which call-peer reaches.
         var clientRouter = BLIPRouter()
@@ -441,13 +432,10 @@ struct RequestExitCodeTests {
 struct BenchWorkloadTests {
     @Test("each workload runs against the standard profiles and reports what it measured")
     func workloads() async throws {
-        var router = BLIPRouter()
-        router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration.forTests
-        configuration.port = 0
-        configuration.connection.maximumIncomingMessageSize = 1 << 30
-        configuration.rawEndpoint = .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)  // the baselines
-        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        let server = try await BLIPWebSocketServer.bindStandardProfiles {
+            $0.connection.maximumIncomingMessageSize = 1 << 30
+            $0.rawEndpoint = .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)  // the baselines
+        }
         async let serving: Void = server.run()
         let url = "ws://127.0.0.1:\(server.port)/"
         let runner = BenchRunner(url: url, options: try BenchCommand.parse([url, "--no-warm-up"]))

@@ -64,11 +64,7 @@ struct BenchRoundsTests {
 
     @Test("the relay's rounds go through the relay, direct's do not")
     func liveRelay() async throws {
-        var router = BLIPRouter()
-        router.register(StandardProfiles())
-        var configuration = BLIPWebSocketServer.Configuration.forTests
-        configuration.port = 0
-        let server = try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
+        let server = try await BLIPWebSocketServer.bindStandardProfiles()
         async let serving: Void = server.run()
         let url = "ws://127.0.0.1:\(server.port)/"
         var proxyConfiguration = BLIPInspectingProxy.Configuration(upstream: try #require(BLIPWebSocketURL(url)))
