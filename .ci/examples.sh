@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Builds the example packages under Examples/ (each depends on this one by path, in a scratch path of its
-# own) and runs the sync server once: its REST route answers, its BLIP endpoint refuses a client without
-# credentials with 401 and answers one with them (the debug blip of the tests), and SIGTERM stops it with
-# status 0.
+# Builds the example packages under Examples/ (each depends on this one by path) and runs the sync server
+# once: its REST route answers, its BLIP endpoint refuses a client without credentials with 401 and answers
+# one with them (the debug blip of the tests), and SIGTERM stops it with status 0.
+#
+# The example builds in this package's own scratch path with the test build's flags, so that every module
+# the test build compiled (NIO, Hummingbird, the library) is found up to date: 24 s instead of 526 s for a
+# scratch path of its own, on a machine where the whole CI took 48 minutes. The test build is unaffected
+# (18 s to find it up to date again afterwards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scratch="${BLIP_EXAMPLES_SCRATCH:-.build-examples}"
-swift build --package-path Examples/SyncServer --scratch-path "$scratch"
-server_bin="$(swift build --package-path Examples/SyncServer --scratch-path "$scratch" --show-bin-path)/SyncServer"
+scratch="${BLIP_EXAMPLES_SCRATCH:-.build}"
+flags=(--scratch-path "$scratch" --enable-code-coverage -Xswiftc -warnings-as-errors)
+swift build --package-path Examples/SyncServer "${flags[@]}"
+server_bin="$(swift build --package-path Examples/SyncServer "${flags[@]}" --show-bin-path)/SyncServer"
 blip="${BLIP_BIN:-$(swift build --show-bin-path)/blip}"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
