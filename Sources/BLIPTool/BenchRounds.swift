@@ -38,12 +38,9 @@ extension BenchRunner {
                 direct.append(try await measure(self))
             }
         }
-        guard var directSummary = Self.median(of: direct, route: .direct) else { return [] }
-        if relay == nil {
-            directSummary.extra["route"] = nil
-            return [directSummary]
-        }
-        guard var relaySummary = Self.median(of: relayed, route: .via) else { return [directSummary] }
+        // A route is named only when there are two.
+        guard let directSummary = Self.median(of: direct, route: relay == nil ? nil : .direct) else { return [] }
+        guard relay != nil, var relaySummary = Self.median(of: relayed, route: .via) else { return [directSummary] }
         if let directFigure = directSummary.figure, directFigure > 0, let relayFigure = relaySummary.figure {
             relaySummary.directRatio = relayFigure / directFigure
         }
@@ -52,10 +49,10 @@ extension BenchRunner {
 
     /// The round with the median figure (for an even count, the lower of the two middle ones: a figure that
     /// was measured, not an average of two), with the number of rounds and the lowest and highest figure.
-    static func median(of rounds: [BenchResult], route: Route) -> BenchResult? {
+    static func median(of rounds: [BenchResult], route: Route?) -> BenchResult? {
         let sorted = rounds.filter { $0.figure != nil }.sorted { $0.figure! < $1.figure! }
         guard var median = sorted.isEmpty ? nil : sorted[(sorted.count - 1) / 2] else { return nil }
-        median.extra["route"] = route.rawValue
+        if let route { median.extra["route"] = route.rawValue }
         median.extra["rounds"] = sorted.count
         median.extra["low"] = Self.rounded(sorted.first!.figure!)
         median.extra["high"] = Self.rounded(sorted.last!.figure!)

@@ -135,13 +135,14 @@ struct BenchRunner {
                 : [(self.options.data ?? .random, self.options.compressed, self.options.direction ?? .up)]
             var baselines: [BenchCommand.Direction: BenchResult] = [:]
             for (data, compressed, direction) in shapes {
+                let measure = { (runner: BenchRunner) in
+                    try await runner.bulk(size: size, data: data, compressed: compressed, direction: direction)
+                }
                 if self.options.runsRounds {
-                    try await self.reportRounds {
-                        try await $0.bulk(size: size, data: data, compressed: compressed, direction: direction)
-                    }
+                    try await self.reportRounds(measure)
                     continue
                 }
-                var result = try await self.bulk(size: size, data: data, compressed: compressed, direction: direction)
+                var result = try await measure(self)
                 if self.options.baseline {
                     if baselines[direction] == nil {
                         let raw = try await self.rawBulk(size: size, direction: direction)
