@@ -62,6 +62,30 @@ struct BenchRoundsTests {
         #expect(summaries[0].extra["route"] == nil && summaries[0].directRatio == nil)
     }
 
+    @Test("a relay that cannot be reached fails the run with the connection's error, after direct's first round")
+    func unreachableRelay() async throws {
+        let direct = try await BLIPWebSocketServer.bindStandardProfiles()
+        async let serving: Void = direct.run()
+        let gone = try await BLIPWebSocketServer.bindStandardProfiles()
+        let goneURL = "ws://127.0.0.1:\(gone.port)/"
+        await gone.shutdown()  // nothing listens on its port now
+        let url = "ws://127.0.0.1:\(direct.port)/"
+        let runner = BenchRunner(
+            url: url,
+            options: try BenchCommand.parse([url, "--via", goneURL, "--rounds", "3", "--no-warm-up"])
+        )
+        var measured: [String] = []
+        await #expect(throws: BLIPConnectionError.self) {
+            try await runner.measureRounds {
+                measured.append($0.url)
+                return try await $0.roundTrips(count: 5, concurrency: 1, warmUp: 1, size: 100, name: "rt")
+            }
+        }
+        #expect(measured == [url, goneURL])
+        await direct.shutdown()
+        await serving
+    }
+
     @Test("the relay's rounds go through the relay, direct's do not")
     func liveRelay() async throws {
         let server = try await BLIPWebSocketServer.bindStandardProfiles()
