@@ -282,7 +282,7 @@ public enum BLIPWebSocketClient {
         }
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(configuration.connectTimeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let proxy else { return try addWebSocketHandlers(channel) }

@@ -207,7 +207,7 @@ public final class BLIPWebSocketServer: Sendable {
                     )
                 }
             }
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try Self.initialize(

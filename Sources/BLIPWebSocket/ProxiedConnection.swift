@@ -162,7 +162,7 @@ final class ProxiedConnection {
         let connections = self.connections
         ClientBootstrap(group: eventLoop)
             .connectTimeout(self.configuration.connectTimeout)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 do {
                     if let (context, options) = tls {

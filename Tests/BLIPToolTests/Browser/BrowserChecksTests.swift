@@ -126,7 +126,7 @@ struct BrowserChecksTests {
     static func makeSite() throws -> URL {
         let manager = FileManager.default
         let site = manager.temporaryDirectory.appendingPathComponent("blip-browser-\(UUID().uuidString)")
-        try manager.copyItem(at: Self.repository.appendingPathComponent("Tests/BrowserPage"), to: site)
+        try Self.copyContents(of: Self.repository.appendingPathComponent("Tests/BrowserPage"), to: site)
         var index: [String: [String: [String]]] = [:]
         for (scenario, directions) in try Self.fixtureScenarios() {
             for (direction, files) in directions {
@@ -136,7 +136,7 @@ struct BrowserChecksTests {
                         at: target.deletingLastPathComponent(),
                         withIntermediateDirectories: true
                     )
-                    try manager.copyItem(at: Self.repository.appendingPathComponent("Fixtures/\(file)"), to: target)
+                    try Data(contentsOf: Self.repository.appendingPathComponent("Fixtures/\(file)")).write(to: target)
                 }
                 index[scenario, default: [:]][direction] = files
             }
@@ -144,6 +144,17 @@ struct BrowserChecksTests {
         let json = try JSONSerialization.data(withJSONObject: index, options: [.sortedKeys])
         try json.write(to: site.appendingPathComponent("fixtures/index.json"))
         return site
+    }
+
+    /// Copies the files of `source` (one level, no subfolders) into a new folder `target` by their contents.
+    /// `FileManager.copyItem` also copies their owner, which only root may give away: as any other user, a
+    /// copy of the repository's files (owned by whoever cloned it) fails with EPERM.
+    static func copyContents(of source: URL, to target: URL) throws {
+        let manager = FileManager.default
+        try manager.createDirectory(at: target, withIntermediateDirectories: true)
+        for name in try manager.contentsOfDirectory(atPath: source.path) {
+            try Data(contentsOf: source.appendingPathComponent(name)).write(to: target.appendingPathComponent(name))
+        }
     }
 
     /// Each captured scenario's frame files per direction (`c2s`, `s2c`), in order, relative to Fixtures/.
