@@ -133,7 +133,7 @@ let package = Package(
         // Test helpers shared by the test targets (a gate for handlers, a bounded poll).
         .target(
             name: "BLIPTestSupport",
-            dependencies: [nioLocks],
+            dependencies: ["BLIP", nioCore, nioLocks],
             path: "Tests/BLIPTestSupport",
             swiftSettings: swiftSettings
         ),

@@ -131,7 +131,9 @@ final class InMemoryLink: Sendable {
         if flags & Work.deliver != 0 { self.deliver(side) }
         if flags & Work.pump != 0 { self.pump(side) }
         if flags & Work.close != 0, let reason = self.ends.withLockedValue({ $0[side].pendingClose.take() }) {
-            if reason.finishesQueuedReplies { self.pump(side) }
+            // Every reply still queued goes before the close, whatever room the peer's inbox has (a WebSocket
+            // writes them all before its close frame).
+            if reason.finishesQueuedReplies { self.pump(side, untilDone: true) }
             self.closeNow(from: side, reason)
         }
     }
@@ -164,8 +166,9 @@ final class InMemoryLink: Sendable {
         if schedule { self.schedule(side, Work.deliver) }
     }
 
-    /// On `side`'s queue: pull frames from its connection while the other end can take them.
-    private func pump(_ side: Int) {
+    /// On `side`'s queue: pull frames from its connection while the other end can take them (`untilDone`:
+    /// until the connection has none left).
+    private func pump(_ side: Int, untilDone: Bool = false) {
         let other = 1 - side
         guard
             let sink = self.ends.withLockedValue({ ends -> BLIPTransportSink? in
@@ -178,7 +181,7 @@ final class InMemoryLink: Sendable {
         // and each new buffer costs two allocations.
         var spare = self.ends.withLockedValue { $0[side].spareFrame.take() }
         while self.ends.withLockedValue({
-            !$0[side].closed && $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight
+            !$0[side].closed && (untilDone || $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight)
         }) {
             var frame = spare.take() ?? Self.allocator.buffer(capacity: Self.initialFrameCapacity)
             guard sink.nextFrame(into: &frame) else {

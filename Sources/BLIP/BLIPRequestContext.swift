@@ -41,3 +41,26 @@ extension BLIPRequestContext {
     /// The connection's identity as a `T`, or nil.
     public func identity<T: Sendable>(as type: T.Type) -> T? { self.connection.identity(as: type) }
 }
+
+extension BLIPRequestContext {
+    /// Closes the connection right after this request's reply: the reply (or the ERR the handler throws)
+    /// is written, then the close frame with `code` and `reason`. No other handler's reply is written after
+    /// it, and every request still pending on the connection fails once with this close: on this side with
+    /// ``BLIPConnectionError/Code/connectionClosed``, on the peer's with the code and reason it received.
+    /// A request that expects no reply has none to wait for: the connection closes at once.
+    ///
+    /// For a server that ends a session from one of its handlers (an expired session, a revoked user)
+    /// without racing its other handlers, as `Task { await connection.close(...) }` would.
+    ///
+    /// - Parameters:
+    ///   - code: Must be ``BLIPCloseCode/isSendable`` (1000, 1001, 1008, 1011, 4000-4999, ...).
+    ///   - reason: Sent in the close frame; cut to its first 123 bytes (whole characters).
+    public func closeAfterReply(code: BLIPCloseCode = .normalClosure, reason: String = "") {
+        precondition(code.isSendable, "close code \(code) cannot be sent (RFC 6455 7.4)")
+        self.connection.core.closeAfterReply(
+            to: self.requestNumber,
+            expectsReply: self.expectsReply,
+            BLIPCloseReason(code, BLIPConnection.closeFrameReason(reason))
+        )
+    }
+}

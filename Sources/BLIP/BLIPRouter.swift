@@ -20,14 +20,17 @@ public struct BLIPRouter: Sendable {
 
     /// How requests reach their handlers.
     public enum HandlerOrder: Hashable, Sendable {
-        /// Each request's handler starts as the request arrives (in arrival order) and runs alongside the
-        /// others, up to ``BLIPConnection/Configuration/maximumConcurrentHandlers``: one slow handler holds
-        /// up no other. go-blip's model, and the default.
+        /// Each request's handler starts as soon as the request is complete and runs alongside the others,
+        /// up to ``BLIPConnection/Configuration/maximumConcurrentHandlers``: one slow handler holds up no
+        /// other. Handlers start in the order requests complete, which may differ from the order they were
+        /// sent (a small request sent after a large one arrives first). go-blip's model, and the default.
         case concurrent
-        /// One handler at a time, in arrival order: the next starts once the previous has returned.
-        /// LiteCore's model, for protocols whose requests build on the ones before (a replicator's
-        /// `changes` then `rev`). Requests waiting their turn count against the connection's buffer
-        /// budget, so a peer faster than the handler is slowed down, not buffered without bound.
+        /// One handler at a time, in request-number order (the order the peer sent the requests), however
+        /// their frames interleaved: a request's handler starts once every earlier request has been handed
+        /// to its handler and that handler has returned. LiteCore's model, for protocols whose requests build
+        /// on the ones before (a replicator's `changes` then `rev`). Requests waiting their turn count
+        /// against the connection's buffer budget, so a peer faster than the handler is slowed down, not
+        /// buffered without bound (see the Handler order article).
         case serial
     }
 

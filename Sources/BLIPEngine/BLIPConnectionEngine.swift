@@ -105,6 +105,20 @@ public final class BLIPConnectionEngine {
     /// Messages the peer has partly sent.
     public var incomingCount: Int { self.incoming.count }
 
+    /// The lowest-numbered request of the peer's whose first frame has arrived but whose properties have
+    /// not all: the driver has not heard of it yet (a property block can straddle frames, so a later
+    /// request can start before it), but it will. Requests being drained unread are not counted: the
+    /// driver never hears of those. Nil when there is none (the common case costs one emptiness check).
+    public var firstRequestAwaitingProperties: UInt64? {
+        guard !self.incoming.isEmpty else { return nil }
+        var lowest: UInt64?
+        for (id, message) in self.incoming
+        where id.isRequest && !message.headDelivered && !message.isDiscarding && id.number < (lowest ?? .max) {
+            lowest = id.number
+        }
+        return lowest
+    }
+
     /// Requests of the peer that expect a reply none of which is queued yet, and those whose reply waits
     /// for the rest of the request.
     public var unansweredCount: Int { self.unanswered.count }
@@ -185,7 +199,15 @@ public final class BLIPConnectionEngine {
     /// before the connection closes. Nothing else is sent: no ACKs, no requests, no streamed or held
     /// replies. The driver decides how many bytes it writes this way, then calls ``close()``.
     public func finishRepliesAfterFailure() {
-        guard self.hasFailed, !self.isClosed, !self.isFinishingReplies else { return }
+        guard self.hasFailed else { return }
+        self.finishQueuedReplies()
+    }
+
+    /// Before a close the driver was asked to make right after a reply: as after a failure, only the replies
+    /// already queued whole are framed from now on (ignoring the send window), then the driver calls
+    /// ``close()``.
+    public func finishQueuedReplies() {
+        guard !self.isClosed, !self.isFinishingReplies else { return }
         self.isFinishingReplies = true
         self.pendingACKs.removeAll()
         var wasQueued = Set<BLIPOutgoingID>()

@@ -42,5 +42,5 @@ struct AcceptedUpgrade: Sendable {
     var pathParameters: [String: String]
     var router: BLIPRouter
     var configuration: BLIPEndpointConfiguration
-    var onConnection: (@Sendable (BLIPConnection) -> Void)?
+    var onConnection: (@Sendable (BLIPConnection) async throws -> Void)?
 }

@@ -36,7 +36,11 @@ public struct HTTP1BLIPUpgradeChannel: ServerChildChannel, HTTPChannelHandler {
 
     /// What became of a connection's first request.
     enum UpgradeResult: Sendable {
-        case blip(BLIPConnection, drainTimeout: Duration, onConnection: (@Sendable (BLIPConnection) -> Void)?)
+        case blip(
+            BLIPConnection,
+            drainTimeout: Duration,
+            onConnection: (@Sendable (BLIPConnection) async throws -> Void)?
+        )
         case notUpgraded(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
         case refused(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, refusal: CollectedResponse)
     }
@@ -170,10 +174,9 @@ public struct HTTP1BLIPUpgradeChannel: ServerChildChannel, HTTPChannelHandler {
         case .refused(let http, let refusal):
             await refusal.write(to: http, logger: logger)
         case .blip(let connection, let drainTimeout, let onConnection):
-            onConnection?(connection)
             // The application's graceful shutdown drains the connection; its cancellation closes it.
             _ = await withGracefulShutdownHandler {
-                await connection.run()
+                await connection.run(scope: onConnection)
             } onGracefulShutdown: {
                 Task { await connection.closeGracefully(drainTimeout: drainTimeout, reason: "server shutting down") }
             }

@@ -19,8 +19,10 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
     ///
     /// Upgrades happen only on a server built with
     /// ``HummingbirdCore/HTTPServerBuilder/http1BLIPUpgrade(blipRouter:configuration:)``; a request without
-    /// `Upgrade: websocket` gets 426. `onConnection` sees each connection before it runs (to send it
-    /// requests of the server's own, say).
+    /// `Upgrade: websocket` gets 426. `onConnection` is the application's scope for each connection: it runs
+    /// in a task of the connection's own, beside its handlers, from the upgrade until the connection closes
+    /// (which cancels it), for what the server does on its own initiative (a feed it pushes, requests of
+    /// its own). Throwing while the connection is open closes it with 1011 and logs the error.
     @discardableResult
     public func blip(
         _ path: RouterPath,
@@ -29,7 +31,7 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
         shouldUpgrade: @escaping @Sendable (Request, Context) async throws -> BLIPUpgradeDecision = { _, _ in
             .accept()
         },
-        onConnection: (@Sendable (BLIPConnection) -> Void)? = nil
+        onConnection: (@Sendable (BLIPConnection) async throws -> Void)? = nil
     ) -> Self {
         self.on(path, method: .get) { request, context -> Response in
             guard HandshakeRules.isWebSocketUpgrade(request.headers[values: .upgrade]) else {

@@ -241,7 +241,13 @@ public final class BLIPWebSocketServer: Sendable {
     /// Serves connections until ``shutdown()`` or ``shutdownGracefully(drainTimeout:)``: each connection's
     /// handlers run here. Under a swift-service-lifecycle graceful shutdown it shuts down gracefully; when
     /// its task is cancelled, at once.
-    public func run(onConnection: (@Sendable (AcceptedConnection) -> Void)? = nil) async {
+    ///
+    /// - Parameter onConnection: The application's scope for each accepted connection, run in a task of the
+    ///   connection's own (beside its handlers) from the upgrade on: a place for what the server does on its
+    ///   own initiative, such as pushing a feed. It is cancelled when the connection closes. Throwing while
+    ///   the connection is open closes it with 1011 (internal error) and logs the error; returning leaves
+    ///   the connection open.
+    public func run(onConnection: (@Sendable (AcceptedConnection) async throws -> Void)? = nil) async {
         // The stops these handlers start, awaited before returning: a service is done when it has stopped.
         let stops = NIOLockedValueBox<[Task<Void, Never>]>([])
         await withGracefulShutdownHandler {
@@ -258,7 +264,7 @@ public final class BLIPWebSocketServer: Sendable {
         for stop in stops.withLockedValue({ $0 }) { await stop.value }
     }
 
-    private func serve(_ onConnection: (@Sendable (AcceptedConnection) -> Void)?) async {
+    private func serve(_ onConnection: (@Sendable (AcceptedConnection) async throws -> Void)?) async {
         await withDiscardingTaskGroup { group in
             for await accepted in self.accepted {
                 let connection = accepted.connection
@@ -267,9 +273,11 @@ public final class BLIPWebSocketServer: Sendable {
                     connections.open.insert(connection)
                     return connections.stopping
                 }
-                onConnection?(accepted)
+                let scope = onConnection.map { onConnection in
+                    { @Sendable (_: BLIPConnection) async throws in try await onConnection(accepted) }
+                }
                 group.addTask {
-                    await connection.run()
+                    await connection.run(scope: scope)
                     _ = self.connections.withLockedValue { $0.open.remove(connection) }
                 }
                 if let stopping { group.addTask { await stopping.close(connection) } }

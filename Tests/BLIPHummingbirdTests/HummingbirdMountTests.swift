@@ -16,7 +16,7 @@ struct HummingbirdMountTests {
     static func router(
         blip: BLIPRouter,
         configuration: BLIPEndpointConfiguration = BLIPEndpointConfiguration(),
-        onConnection: (@Sendable (BLIPConnection) -> Void)? = nil
+        onConnection: (@Sendable (BLIPConnection) async throws -> Void)? = nil
     ) -> Router<SyncContext> {
         let router = Router(context: SyncContext.self)
         router.get("/health") { _, _ in "ok" }
@@ -30,7 +30,7 @@ struct HummingbirdMountTests {
                     headers: ["X-Sync-User": context.user ?? "?"]
                 )
             } onConnection: { connection in
-                onConnection?(connection)
+                try await onConnection?(connection)
             }
         return router
     }
@@ -84,6 +84,41 @@ struct HummingbirdMountTests {
                 }
             }
         }
+    }
+
+    @Test("the mount's per-connection scope: a pushed feed arrives in order, the peer's close cancels the scope")
+    func connectionScope() async throws {
+        let cancelled = NIOLockedValueBox(false)
+        let log = OrderLog()
+        var clientRouter = BLIPRouter(handlerOrder: .serial)
+        clientRouter.register(profile: "changes") { request, context in
+            log.enter(request, context)
+            log.leave()
+            return BLIPResponse()
+        }
+        let router = Self.router(blip: Self.blipRouter()) { connection in
+            for seq in 0..<1_000 {
+                try await connection.sendNoReply(BLIPRequest(profile: "changes", properties: ["Seq": "\(seq)"]))
+            }
+            do {
+                try await Task.sleep(for: .seconds(3_600))
+            } catch {
+                cancelled.withLockedValue { $0 = true }
+                throw error
+            }
+        }
+        try await HummingbirdServer.with(router: router) { [clientRouter] server in
+            try await BLIPWebSocketClient.connect(
+                to: server.url("/db/_blipsync"),
+                configuration: clientConfiguration(subprotocols: ["BLIP_3+CBMobile_3"]),
+                router: clientRouter
+            ) { _ in
+                for _ in 0..<3_000 where log.sequence.count < 1_000 { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            for _ in 0..<500 where !cancelled.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(log.sequence == Array(0..<1_000))
+        #expect(cancelled.withLockedValue { $0 }, "the scope was not cancelled by the client's close")
     }
 
     @Test("refusals reach the client as Hummingbird wrote them: 401 from the middleware, 403, 404, 500")

@@ -19,6 +19,12 @@ struct ExactlyOnceTableTests {
         case plain, streamedBody, streamedReply, noReply
         /// `sendRequest(_:timeout:progress:onReply:)`; its task's cancellation cancels the returned handle.
         case callback
+        /// `enqueueRequest(_:timeout:progress:)`, then `reply()` (whose task's cancellation cancels it).
+        case queued
+        /// `sendRequests(_:maximumInFlight:timeout:)` with this one request; it takes no progress handler.
+        case ordered
+
+        var reportsProgress: Bool { self != .ordered }
     }
 
     enum Ending: String, CaseIterable, Sendable {
@@ -47,7 +53,7 @@ struct ExactlyOnceTableTests {
         func applies(to api: API) -> Bool {
             switch self {
             case .bodyFailure: api == .streamedBody
-            case .oversizedReply: api == .plain || api == .callback
+            case .oversizedReply: api == .plain || api == .callback || api == .queued || api == .ordered
             case .smallError, .largeError: api != .noReply
             default: true
             }
@@ -170,6 +176,16 @@ struct ExactlyOnceTableTests {
                         progress: progress,
                         calls: replyCalls
                     )
+                case .queued:
+                    let queued = connection.enqueueRequest(request, timeout: timeout, progress: progress.record)
+                    _ = try await queued.reply()
+                case .ordered:
+                    var outcomes = 0
+                    for await result in connection.sendRequests([request], timeout: timeout) {
+                        outcomes += 1
+                        _ = try result.get()
+                    }
+                    #expect(outcomes == 1)
                 }
                 return nil
             } catch let error as BLIPConnectionError {
@@ -196,7 +212,7 @@ struct ExactlyOnceTableTests {
         #expect(outcome == cell.ending.expected(for: cell.api), "ended with \(outcome ?? "success")")
         // A reply or an ERR reply completes the message; anything else fails it.
         let completes = outcome == nil || outcome == "BLIPError"
-        await progress.check(endsIn: completes ? .complete : .failed)
+        if cell.api.reportsProgress { await progress.check(endsIn: completes ? .complete : .failed) }
         if cell.api == .streamedBody && cell.ending != .bodyFailure { gate.decide(false) }
 
         // A cancelled (or timed-out) request that had left is still answered by the peer: the connection drops the reply

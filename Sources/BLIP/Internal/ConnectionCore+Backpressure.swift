@@ -13,6 +13,10 @@ internal import NIOCore
 /// - new requests wait (reading pauses) if nothing running waits for the peer, and are refused with ERR
 ///   BLIP/503 otherwise: a handler that waits for a reply or for the rest of a streamed body must keep
 ///   seeing what the peer sends.
+/// In serial order, requests that wait for an earlier one still arriving (ConnectionCore+SerialOrder) hold
+/// memory that only reading frees: reading never pauses for them, the earliest request is the one let
+/// through, and a request that expects a reply and would wait behind it is refused with ERR BLIP/503 while
+/// the budget is exceeded, so that what waits stays within the budget.
 /// Past ``BLIPConnection/Configuration/incomingBufferHardLimit`` the peer is ignoring flow control: the
 /// connection closes with 1008.
 extension ConnectionCore {
@@ -78,13 +82,64 @@ extension ConnectionCore {
         assembly.withheld += bytes
         state.withheld.insert(id)
         // Nothing but messages still arriving holds memory: no handler or reader will free any, so let
-        // this one go on (else nothing could). It counts against the hard limit, which leaves room for it.
-        if state.exempt == nil && state.buffered == state.assembling {
-            state.exempt = id
-            state.withheld.remove(id)
-            Self.consumed(id, bytes: assembly.withheld, &state, effects: &effects)
-            assembly.withheld = 0
+        // one go on (else nothing could): this one, or in serial order the earliest request, which the
+        // others wait for. It counts against the hard limit, which leaves room for it.
+        if state.exempt == nil && self.releasableBytes(state) == 0 {
+            let chosen = self.messageToLetThrough(state) ?? id
+            state.exempt = chosen
+            state.withheld.remove(chosen)
+            if chosen == id {
+                Self.consumed(id, bytes: assembly.withheld, &state, effects: &effects)
+                assembly.withheld = 0
+            } else {
+                self.releaseWithheld(chosen, &state, effects: &effects)
+            }
         }
+    }
+
+    /// In serial order, past the budget, whether a request still arriving that would wait for an earlier one
+    /// is given up (``shed(_:_:_:effects:)``): it could only add to what reading alone frees, and without flow
+    /// control (the seed dialect), or with many messages in flight each within its send window, the peer
+    /// would fill the room the earliest request needs to finish. The earliest, the exempt one and no-reply
+    /// requests (nothing could tell their sender) are never given up.
+    func shedsWaitingRequest(_ id: BLIPIncomingID, _ assembly: Assembly, _ state: State) -> Bool {
+        id.isRequest && assembly.message.expectsReply && self.isSerial && state.exempt != id
+            && self.waitingRoomIsFull(state) && self.orderWouldHold(id.number, state)
+    }
+
+    /// In serial order, whether requests that would wait for an earlier one still arriving have filled their
+    /// room: the budget, less what the frames in flight may add before the next check. What waits stays
+    /// within it, so that the earliest request (up to the whole budget) still finishes under the hard limit
+    /// (twice the budget by default).
+    func waitingRoomIsFull(_ state: State) -> Bool {
+        let budget = self.configuration.incomingBufferBudget
+        return self.bufferedBytes(state) > budget - min(budget / 4, 64 << 10)
+    }
+
+    /// Gives up a request still arriving: its bytes go, the rest of it is drained unread (and acknowledged,
+    /// so that it ends soon), and it gets ERR BLIP/503, which the engine holds until its last frame.
+    func shed(_ id: BLIPIncomingID, _ assembly: Assembly, _ state: inout State, effects: inout Effects) {
+        self.assemblyEnded(id, assembly, &state)
+        self.release(assembly.charge, &state, effects: &effects)
+        if state.engine.drain(id) { effects.wakeWriter = true }
+        state.statistics.requestsRefusedBusy += 1
+        let error = BLIPError(code: .busy, message: "the connection is too busy to take this request")
+        self.enqueueReply(error, to: id.number, &state, effects: &effects)
+    }
+
+    /// Bytes held that handlers, queues and readers will free without reading more from the peer: not those
+    /// of whole messages still arriving, nor of requests waiting in serial order for one that is.
+    func releasableBytes(_ state: State) -> Int {
+        let releasable = state.buffered - state.assembling
+        return state.order.hasReadyItems ? releasable - self.heldForOrder(state) : releasable
+    }
+
+    /// In serial order, the earliest request, if it is still arriving whole: the one that frees the others.
+    private func messageToLetThrough(_ state: State) -> BLIPIncomingID? {
+        guard self.isSerial, let first = state.order.first else { return nil }
+        let id = BLIPIncomingID(isRequest: true, number: first)
+        guard case .request = state.inbound[id] else { return nil }
+        return id
     }
 
     /// A whole message stopped arriving (complete, refused or failed): it no longer holds ACKs back.
@@ -101,8 +156,10 @@ extension ConnectionCore {
         if self.bufferedBytes(state) <= self.configuration.incomingBufferBudget {
             for id in state.withheld { self.releaseWithheld(id, &state, effects: &effects) }
             state.withheld.removeAll()
-        } else if state.exempt == nil && state.buffered == state.assembling {
-            let id = state.withheld.min { ($0.isRequest ? 0 : 1, $0.number) < ($1.isRequest ? 0 : 1, $1.number) }!
+        } else if state.exempt == nil && self.releasableBytes(state) == 0 {
+            let id =
+                self.messageToLetThrough(state)
+                ?? state.withheld.min { ($0.isRequest ? 0 : 1, $0.number) < ($1.isRequest ? 0 : 1, $1.number) }!
             state.withheld.remove(id)
             state.exempt = id
             self.releaseWithheld(id, &state, effects: &effects)
@@ -134,9 +191,11 @@ extension ConnectionCore {
     }
 
     /// Whether a complete request that expects a reply must be refused (ERR BLIP/503): the budget is
-    /// exceeded and reading cannot pause.
-    func mustRefuseRequests(_ state: State) -> Bool {
-        self.bufferedBytes(state) > self.configuration.incomingBufferBudget && !self.mayPauseReading(state)
+    /// exceeded and reading cannot pause, or (serial order) the request would wait for an earlier one still
+    /// arriving, which only reading lets finish.
+    func mustRefuseRequests(_ number: UInt64, _ state: State) -> Bool {
+        if self.orderWouldHold(number, state) { return self.waitingRoomIsFull(state) }
+        return self.bufferedBytes(state) > self.configuration.incomingBufferBudget && !self.mayPauseReading(state)
     }
 
     /// Pauses reading while handlers or the incoming-request buffer are behind, if that is safe; resumes it
@@ -146,8 +205,9 @@ extension ConnectionCore {
         let budget = self.configuration.incomingBufferBudget
         let total = self.bufferedBytes(state)
         // What handlers, queues and readers hold goes away without reading more; whole messages still
-        // arriving do not: pausing for them alone would wait forever.
-        let releasable = state.buffered - state.assembling
+        // arriving, and requests waiting in serial order for one of them, do not: pausing for them alone
+        // would wait forever.
+        let releasable = self.releasableBytes(state)
         if state.pausedForBacklog {
             let caughtUp =
                 total <= budget / 2

@@ -66,6 +66,7 @@ extension ConnectionCore {
     /// ones handed to the application as ``BLIPIncomingRequest``).
     private static func isQuiet(_ state: State) -> Bool {
         state.engine.outgoingCount == 0 && state.engine.awaitingReplyCount == 0 && state.engine.incomingCount == 0
-            && state.runningHandlers == 0 && state.pendingWork.isEmpty && state.engine.unansweredCount == 0
+            && state.runningHandlers == 0 && state.pendingWork.isEmpty && state.order.isEmpty
+            && state.engine.unansweredCount == 0
     }
 }

@@ -27,6 +27,9 @@ extension ConnectionCore {
             }
             // Taken, not bound: binding copies the event (its message, properties and body) out of the result.
             if let event = result.event.take() { self.handle(event, &state, effects: &effects) }
+            // A request the order waited for may have been dropped by the engine unannounced (too large
+            // before its properties were in).
+            if state.order.hasReadyItems { self.releaseInOrder(&state, effects: &effects) }
             // Property blocks still arriving are held by the engine: they count too.
             if !state.isClosed && self.checkHardLimit(&state, effects: &effects) {
                 self.updateReading(&state, effects: &effects)
@@ -58,6 +61,7 @@ extension ConnectionCore {
             case .request(let assembly, _):
                 self.assemblyEnded(id, assembly, &state)
                 self.release(assembly.charge, &state, effects: &effects)
+                self.settledInOrder(id.number, &state, effects: &effects)
             case .streamed, nil:
                 break
             }
@@ -92,7 +96,10 @@ extension ConnectionCore {
         guard let inbound = state.inbound.removeValue(forKey: id) else { return }
         switch consume inbound {
         case .request(var assembly, let route):
-            guard self.grow(&assembly, id, with: body, &state, effects: &effects) else { return }
+            guard self.grow(&assembly, id, with: body, &state, effects: &effects) else {
+                self.settledInOrder(id.number, &state, effects: &effects)
+                return
+            }
             if isComplete {
                 self.assemblyEnded(id, assembly, &state)
                 self.requestComplete(
@@ -149,6 +156,10 @@ extension ConnectionCore {
         assembly.charge += count
         state.assembling += count
         guard self.charge(count, &state, effects: &effects) else { return false }
+        if self.shedsWaitingRequest(id, assembly, state) {
+            self.shed(id, assembly, &state, effects: &effects)
+            return false
+        }
         self.consumeOrWithhold(id, &assembly, bytes: count, &state, effects: &effects)
         return true
     }
@@ -183,6 +194,10 @@ extension ConnectionCore {
         assembly.beganWhileClosing = state.isDraining
         state.assembling += assembly.charge
         guard self.charge(assembly.charge, &state, effects: &effects) else { return nil }
+        if self.shedsWaitingRequest(message.id, assembly, state) {
+            self.shed(message.id, assembly, &state, effects: &effects)
+            return nil
+        }
         self.consumeOrWithhold(message.id, &assembly, bytes: message.body.readableBytes, &state, effects: &effects)
         return assembly
     }
@@ -191,6 +206,8 @@ extension ConnectionCore {
 
     private func requestStarted(_ message: BLIPIncomingMessage, _ state: inout State, effects: inout Effects) {
         let route = self.route(for: message.properties, &state)
+        let number = message.id.number
+        self.orderStarted(number, &state)
         // During a graceful close a streamed request is not started: it is read like a whole one (within the
         // same limits) and refused once complete, below.
         if case .streaming(let handler) = route, !(message.expectsReply && state.isDraining) {
@@ -207,18 +224,14 @@ extension ConnectionCore {
                 effects.released.append(request)
                 return
             }
-            let work = Work.handleStreaming(
-                request,
-                number: message.id.number,
-                expectsReply: message.expectsReply,
-                handler
-            )
-            self.dispatch(work, &state, effects: &effects)
+            let work = Work.handleStreaming(request, number: number, expectsReply: message.expectsReply, handler)
+            self.inOrder(.work(work), number: number, charge: 0, &state, effects: &effects)
             return
         }
         if message.isComplete {
             guard message.body.readableBytes <= self.wholeBodyLimit else {
                 self.answerTooLarge(message, &state, effects: &effects)
+                self.settledInOrder(number, &state, effects: &effects)
                 return
             }
             let charge = Self.charge(of: message)
@@ -234,6 +247,8 @@ extension ConnectionCore {
             )
         } else if let assembly = self.startAssembly(message, &state, effects: &effects) {
             state.inbound[message.id] = .request(assembly, route: route)
+        } else {
+            self.settledInOrder(number, &state, effects: &effects)  // refused: too large to hold
         }
     }
 
@@ -268,17 +283,21 @@ extension ConnectionCore {
             self.log(.debug, "request body", ["blip.body": "\(String(buffer: body))"], effects: &effects)
         }
         // Requests that would be held (for a handler, or in the incoming-request buffer); a 404 is not.
+        let number = message.id.number
         let isHeld = route != nil || self.configuration.unhandledRequests == .deliver
         if message.expectsReply && isHeld && beganWhileClosing {
             self.refuseWhileClosing(message, charge: charge, &state, effects: &effects)
+            self.settledInOrder(number, &state, effects: &effects)
             return
         }
-        if message.expectsReply && isHeld && self.mustRefuseRequests(state) {
-            // Full, and reading cannot pause without keeping a running handler from finishing.
+        if message.expectsReply && isHeld && self.mustRefuseRequests(number, state) {
+            // Full, and reading cannot pause without keeping a running handler (or, in serial order, an
+            // earlier request still arriving) from finishing.
             self.release(charge, &state, effects: &effects)
             state.statistics.requestsRefusedBusy += 1
             let error = BLIPError(code: .busy, message: "the connection is too busy to take this request")
-            self.enqueueReply(error, to: message.id.number, &state, effects: &effects)
+            self.enqueueReply(error, to: number, &state, effects: &effects)
+            self.settledInOrder(number, &state, effects: &effects)
             return
         }
         let request = BLIPRequest(
@@ -289,23 +308,17 @@ extension ConnectionCore {
         )
         switch route {
         case .whole(let handler):
-            let work = Work.handle(
-                request,
-                number: message.id.number,
-                expectsReply: message.expectsReply,
-                charge: charge,
-                handler
-            )
-            self.dispatch(work, &state, effects: &effects)
+            let work = Work.handle(request, number: number, expectsReply: message.expectsReply, charge: charge, handler)
+            self.inOrder(.work(work), number: number, charge: charge, &state, effects: &effects)
         case .synchronous(let handler):
             let work = ImmediateWork(
                 request: request,
-                number: message.id.number,
+                number: number,
                 expectsReply: message.expectsReply,
                 charge: charge,
                 handler: handler
             )
-            self.dispatchSynchronous(work, &state, effects: &effects)
+            self.inOrder(.immediate(work), number: number, charge: charge, &state, effects: &effects)
         case .streaming:
             preconditionFailure("streaming requests are dispatched when they start, or refused while closing")
         case nil:
@@ -338,6 +351,7 @@ extension ConnectionCore {
         switch self.configuration.unhandledRequests {
         case .respondNotFound:
             self.release(charge, &state, effects: &effects)
+            self.settledInOrder(message.id.number, &state, effects: &effects)
             guard message.expectsReply else { return }
             let error = BLIPError(
                 code: .notFound,
@@ -352,17 +366,23 @@ extension ConnectionCore {
                 expectsReply: message.expectsReply,
                 charge: charge
             )
-            if let waiter = state.unhandledWaiter {
-                state.unhandledWaiter = nil
-                effects.later { waiter.resume(returning: incoming) }
-            } else {
-                state.unhandled.append(incoming)
-            }
+            self.inOrder(.deliver(incoming), number: message.id.number, charge: charge, &state, effects: &effects)
+        }
+    }
+
+    /// Hands a request no handler takes to ``BLIPConnection/incomingRequests``.
+    func deliverUnhandled(_ incoming: BLIPIncomingRequest, _ state: inout State, effects: inout Effects) {
+        if let waiter = state.unhandledWaiter {
+            state.unhandledWaiter = nil
+            effects.later { waiter.resume(returning: incoming) }
+        } else {
+            state.unhandled.append(incoming)
         }
     }
 
     /// Queues an ERR reply the connection gives on its own (404, 413, 503).
     func enqueueReply(_ error: BLIPError, to number: UInt64, _ state: inout State, effects: inout Effects) {
+        guard !state.isClosed else { return }
         let reply = BLIPOutgoingMessage(
             .error(toRequest: number),
             properties: error.errorReplyProperties,

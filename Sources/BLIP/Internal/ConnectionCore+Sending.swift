@@ -348,6 +348,7 @@ extension ConnectionCore {
         self.state.withLockedValue { state in
             self.release(charge, &state, effects: &effects)
             _ = self.enqueueReply(message, to: number, &state, effects: &effects)
+            self.closeIfAskedAfterReply(to: number, &state, effects: &effects)
         }
         self.perform(&effects)
     }
@@ -361,6 +362,9 @@ extension ConnectionCore {
         _ state: inout State,
         effects: inout Effects
     ) -> BLIPOutgoingID? {
+        // Closed, the engine may still be framing the replies queued before (after the peer's error, or a
+        // close asked for after a reply): nothing joins them.
+        guard !state.isClosed else { return nil }
         do throws(BLIPEngineError) {
             let (id, wake) = try state.engine.enqueue(message)
             effects.wakeWriter = effects.wakeWriter || wake

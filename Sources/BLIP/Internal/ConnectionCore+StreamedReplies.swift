@@ -48,7 +48,10 @@ extension ConnectionCore {
             } catch {
                 return  // the connection closed, or the engine dropped the reply: pull no more
             }
-            if isComplete { return }
+            if isComplete {
+                self.closeIfAskedAfterReply(to: head.number)
+                return
+            }
             next = following
         }
     }
@@ -95,6 +98,7 @@ extension ConnectionCore {
             }
             let failure = BLIPError(code: .internalError, message: "the reply body failed")
             self.enqueueReply(failure, to: number, &state, effects: &effects)
+            self.closeIfAskedAfterReply(to: number, &state, effects: &effects)
         }
         self.perform(&effects)
     }

@@ -123,6 +123,8 @@ final class ConnectionCore: Sendable {
         /// Handlers running, and requests waiting for one of them to finish.
         var runningHandlers = 0
         var pendingWork: Deque<Work> = []
+        /// Serial handler order: requests ready before an earlier one (see SerialOrder).
+        var order = SerialOrder()
         /// Handler tasks that ran out of work, waiting for the next request (see
         /// ConnectionCore+Handlers): starting a handler in one of them costs no task.
         var idleHandlerTasks: [UnsafeContinuation<Work?, Never>] = []
@@ -158,6 +160,9 @@ final class ConnectionCore: Sendable {
         var closeStatus: BLIPCloseStatus?
         /// The close the application asked for, while the transport carries it out.
         var requestedClose: BLIPCloseReason?
+        /// Closes asked for right after the reply to a request (``BLIPRequestContext/closeAfterReply(code:reason:)``),
+        /// by request number.
+        var closesAfterReply: [UInt64: BLIPCloseReason] = [:]
         var closeWaiters: [WaiterContinuation<BLIPCloseStatus, Never>] = []
         var statistics = BLIPConnectionStatistics()
         /// Our requests that report progress, until their reply starts; then their replies (see
@@ -400,7 +405,7 @@ final class ConnectionCore: Sendable {
                 + state.pendingWork.count + state.withheld.count + state.engine.outgoingCount
                 + state.engine.awaitingReplyCount + state.engine.incomingCount + state.progress.count
                 + state.replyProgress.count + state.cancelledTokens.count + state.engine.unansweredCount
-                + state.drainWaiters.count
+                + state.drainWaiters.count + state.order.count + state.closesAfterReply.count
         }
     }
 
@@ -460,6 +465,7 @@ final class ConnectionCore: Sendable {
         // storage, which ThreadSanitizer reports as a race between two connections closing at once).
         if !state.unhandled.isEmpty { effects.released.append(state.unhandled) }
         if !state.pendingWork.isEmpty { effects.released.append(state.pendingWork) }
+        if !state.order.isEmpty { effects.released.append(state.order.removeAll()) }
         state.replyWaiters.removeAll()
         state.sendWaiters.removeAll()
         state.demandWaiters.removeAll()
@@ -469,6 +475,7 @@ final class ConnectionCore: Sendable {
         state.unhandledWaiter = nil
         state.closeWaiters.removeAll()
         state.drainWaiters.removeAll()
+        state.closesAfterReply.removeAll()
         state.tokens.removeAll()
         state.tokenOfMessage.removeAll()
         state.withheld.removeAll()
