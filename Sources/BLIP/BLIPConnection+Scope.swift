@@ -25,8 +25,9 @@ extension BLIPConnection {
     }
 
     private func scopeFailed(_ error: any Error) async {
-        // Ended by the connection's close (cancelled, or a request it was sending failed): nothing to add.
-        guard !self.isClosed else {
+        // Ended by the connection's close (cancelled, or a request it was sending failed), or cancelled with
+        // the server's task (which closes the connection its own way): nothing to add.
+        guard !self.isClosed, !Task.isCancelled, !(error is CancellationError) else {
             self.core.logger.debug("connection scope ended with the connection", metadata: ["blip.error": "\(error)"])
             return
         }

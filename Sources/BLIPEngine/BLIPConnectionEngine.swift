@@ -119,6 +119,18 @@ public final class BLIPConnectionEngine {
         return lowest
     }
 
+    /// Whether the reply to the peer's request `number` waits for the rest of the request (it was given
+    /// before the request's last frame arrived).
+    public func isReplyHeld(toRequest number: UInt64) -> Bool {
+        self.unanswered[number]?.heldReply != nil
+    }
+
+    /// Whether the peer's request `number` still expects a reply none of which is queued.
+    public func awaitsReply(toRequest number: UInt64) -> Bool {
+        guard let request = self.unanswered[number] else { return false }
+        return request.heldReply == nil
+    }
+
     /// Requests of the peer that expect a reply none of which is queued yet, and those whose reply waits
     /// for the rest of the request.
     public var unansweredCount: Int { self.unanswered.count }

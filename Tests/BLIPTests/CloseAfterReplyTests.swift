@@ -131,3 +131,75 @@ struct CloseAfterReplyTests {
         #expect(serverRequest.withLockedValue { $0 } == .closed(.local, 4001, "session expired"))
     }
 }
+
+/// Closes asked for in ways the plain case does not cover: a reply the engine holds until its request's last
+/// frame, a streamed reply, and a call after the reply was queued.
+@Suite("Close right after a reply: held, streamed and late replies", .timeLimit(.minutes(2)))
+struct CloseAfterHeldReplyTests {
+    @Test("a streaming handler that answers before its request ended: the reply arrives, then the close")
+    func heldReply() async throws {
+        var router = BLIPRouter()
+        router.registerStreaming(profile: "early") { request, context in
+            // Answers after the first piece, while the rest of the body is still coming.
+            var iterator = request.body.makeAsyncIterator()
+            _ = try await iterator.next()
+            context.closeAfterReply(code: BLIPCloseCode(rawValue: 4002), reason: "enough")
+            return BLIPResponse(text: "early")
+        }
+        let peers = InMemoryPeers(router: router)
+        let reply = NIOLockedValueBox<String?>(nil)
+        let error = await #expect(throws: BLIPConnectionError.self) {
+            try await peers.run { connection in
+                let response = try await connection.sendRequest(
+                    BLIPRequest(profile: "early"),
+                    body: ChunkedBody(total: 2 << 20, chunk: 64 << 10)
+                )
+                reply.withLockedValue { $0 = String(buffer: response.body) }
+                try await Task.sleep(for: .seconds(60))
+            }
+        }
+        #expect(reply.withLockedValue { $0 } == "early")
+        #expect(error?.closeStatus?.code.rawValue == 4002 && error?.closeStatus?.initiator == .peer)
+    }
+
+    @Test("a streamed reply: its last piece, then the close")
+    func streamedReply() async throws {
+        var router = BLIPRouter()
+        router.register(profile: "download") { _, context in
+            context.closeAfterReply(code: BLIPCloseCode(rawValue: 4003), reason: "done")
+            return BLIPResponse(bodyStream: ChunkedBody(total: 1 << 20, chunk: 100_003))
+        }
+        let peers = InMemoryPeers(router: router)
+        let received = NIOLockedValueBox(0)
+        let error = await #expect(throws: BLIPConnectionError.self) {
+            try await peers.run { connection in
+                let response = try await connection.sendRequest(BLIPRequest(profile: "download"))
+                received.withLockedValue { $0 = response.body.readableBytes }
+                try await Task.sleep(for: .seconds(60))
+            }
+        }
+        #expect(received.withLockedValue { $0 } == 1 << 20)
+        #expect(error?.closeStatus?.code.rawValue == 4003)
+    }
+
+    @Test("asked for after the reply was queued (from a task the handler left behind): the close happens at once")
+    func askedLate() async throws {
+        var router = BLIPRouter()
+        router.register(profile: "late") { _, context in
+            Task {
+                try await Task.sleep(for: .milliseconds(50))
+                context.closeAfterReply(code: BLIPCloseCode(rawValue: 4004), reason: "late")
+            }
+            return BLIPResponse(text: "answered")
+        }
+        let peers = InMemoryPeers(router: router)
+        let error = await #expect(throws: BLIPConnectionError.self) {
+            try await peers.run { connection in
+                let response = try await connection.sendRequest(BLIPRequest(profile: "late"))
+                #expect(String(buffer: response.body) == "answered")
+                try await Task.sleep(for: .seconds(60))
+            }
+        }
+        #expect(error?.closeStatus?.code.rawValue == 4004)
+    }
+}

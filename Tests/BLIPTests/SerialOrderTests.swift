@@ -209,3 +209,64 @@ struct SerialOrderTests {
         )
     }
 }
+
+/// Budget cases around serial order that once stalled a connection.
+@Suite("Serial order and the buffer budget: no stall", .timeLimit(.minutes(2)))
+struct SerialOrderBudgetStallTests {
+    @Test("a handler waiting for a large reply of the peer's while requests pile up behind it: reading goes on")
+    func handlerWaitsForLargeReply() async throws {
+        var router = BLIPRouter(handlerOrder: .serial)
+        router.register(profile: "ask-back") { _, context in
+            // Waits for a 900 KB reply, read whole, while the client's other requests queue up behind.
+            let reply = try await context.connection.sendRequest(BLIPRequest(profile: "big"))
+            return BLIPResponse(text: "\(reply.body.readableBytes)")
+        }
+        router.register(profile: "small") { _, _ in BLIPResponse() }
+        var configuration = BLIPConnection.Configuration()
+        configuration.incomingBufferBudget = 1 << 20
+        configuration.incomingBufferHardLimit = 2 << 20
+        var clientRouter = BLIPRouter()
+        clientRouter.register(profile: "big") { _, _ in BLIPResponse(body: pattern(900_000)) }
+        let peers = InMemoryPeers(router: router, serverConfiguration: configuration)
+        try await peers.run(clientRouter: clientRouter) { connection in
+            let replies = Replies()
+            let asked = connection.enqueueRequest(BLIPRequest(profile: "ask-back"), timeout: .seconds(60))
+            for _ in 0..<150 {
+                connection.sendRequest(BLIPRequest(profile: "small", body: pattern(20_000)), onReply: replies.record)
+            }
+            // Before reading paused for whole replies still arriving, the first handler never got its reply.
+            #expect(String(buffer: try await asked.reply().body) == "900000")
+            try await replies.wait(for: 150)
+        }
+    }
+
+    @Test("a no-reply request that was let through, then waits: another is let through (no stall)")
+    func exemptRequestThatWaits() async throws {
+        let log = OrderLog()
+        var configuration = BLIPConnection.Configuration()
+        configuration.incomingBufferBudget = 256 << 10
+        configuration.incomingBufferHardLimit = 512 << 10
+        let peers = InMemoryPeers(router: log.serialRouter(), serverConfiguration: configuration)
+        try await peers.run { connection in
+            let replies = Replies()
+            // 90 KB of properties: the first request starts only after six frames, while the no-reply one
+            // behind it fills the budget and is the one let through. When that one is complete and waits, the
+            // first has used its send window with its ACKs withheld: it must be let through next.
+            connection.sendRequest(
+                BLIPRequest(
+                    profile: "record",
+                    properties: ["Seq": "0", "Large": String(repeating: "p", count: 90_000)],
+                    body: pattern(150_000)
+                ),
+                onReply: replies.record
+            )
+            try await connection.sendNoReply(
+                BLIPRequest(profile: "record", properties: ["Seq": "1"], body: pattern(200_000))
+            )
+            connection.sendRequest(BLIPRequest(profile: "record", properties: ["Seq": "2"]), onReply: replies.record)
+            try await replies.wait(for: 2)
+            #expect(replies.failures == 0)
+        }
+        #expect(log.sequence == [0, 1, 2])
+    }
+}

@@ -84,7 +84,7 @@ extension ConnectionCore {
         // Nothing but messages still arriving holds memory: no handler or reader will free any, so let
         // one go on (else nothing could): this one, or in serial order the earliest request, which the
         // others wait for. It counts against the hard limit, which leaves room for it.
-        if state.exempt == nil && self.releasableBytes(state) == 0 {
+        if self.mustLetOneThrough(state) {
             let chosen = self.messageToLetThrough(state) ?? id
             state.exempt = chosen
             state.withheld.remove(chosen)
@@ -134,8 +134,20 @@ extension ConnectionCore {
         return state.order.hasReadyItems ? releasable - self.heldForOrder(state) : releasable
     }
 
-    /// In serial order, the earliest request, if it is still arriving whole: the one that frees the others.
+    /// Whether one message whose ACKs are withheld must be let through: nothing held can be freed without
+    /// reading more, or something here waits for the peer (a running handler waiting for a reply holds its
+    /// slot, and in serial order every request behind it, until that reply has arrived).
+    func mustLetOneThrough(_ state: State) -> Bool {
+        state.exempt == nil && (self.releasableBytes(state) == 0 || !self.mayPauseReading(state))
+    }
+
+    /// The message to let through when one must be: a reply read whole that a caller waits for (the
+    /// earliest), else in serial order the earliest request if it is still arriving whole (the one that frees
+    /// those waiting behind it); nil leaves the choice to the caller.
     private func messageToLetThrough(_ state: State) -> BLIPIncomingID? {
+        var reply: BLIPIncomingID?
+        for case (let id, .reply) in state.inbound where id.number < (reply?.number ?? .max) { reply = id }
+        if let reply { return reply }
         guard self.isSerial, let first = state.order.first else { return nil }
         let id = BLIPIncomingID(isRequest: true, number: first)
         guard case .request = state.inbound[id] else { return nil }
@@ -156,7 +168,7 @@ extension ConnectionCore {
         if self.bufferedBytes(state) <= self.configuration.incomingBufferBudget {
             for id in state.withheld { self.releaseWithheld(id, &state, effects: &effects) }
             state.withheld.removeAll()
-        } else if state.exempt == nil && self.releasableBytes(state) == 0 {
+        } else if self.mustLetOneThrough(state) {
             let id =
                 self.messageToLetThrough(state)
                 ?? state.withheld.min { ($0.isRequest ? 0 : 1, $0.number) < ($1.isRequest ? 0 : 1, $1.number) }!
@@ -184,10 +196,12 @@ extension ConnectionCore {
     // MARK: - Reading
 
     /// Whether reading may stop without keeping anything local from finishing: nobody here waits for a
-    /// reply, an ACK or the rest of a streamed body from the peer.
+    /// reply (not yet begun, or read whole and partly arrived), an ACK or the rest of a streamed body from
+    /// the peer.
     func mayPauseReading(_ state: State) -> Bool {
         state.replyWaiters.isEmpty && state.sendWaiters.isEmpty && state.demandWaiters.isEmpty
             && !state.streams.values.contains { !$0.isComplete }
+            && !state.inbound.values.contains { if case .reply = $0 { true } else { false } }
     }
 
     /// Whether a complete request that expects a reply must be refused (ERR BLIP/503): the budget is

@@ -30,6 +30,10 @@ extension ConnectionCore {
             // A request the order waited for may have been dropped by the engine unannounced (too large
             // before its properties were in).
             if state.order.hasReadyItems { self.releaseInOrder(&state, effects: &effects) }
+            if !state.closesAfterReply.isEmpty { self.closeAfterReleasedReplies(&state, effects: &effects) }
+            // The message let through while ACKs are withheld may have ended (complete, refused, failed)
+            // without freeing anything (it waits for a handler, or in serial order): another goes on.
+            if state.exempt == nil && !state.withheld.isEmpty { self.relieveWithheld(&state, effects: &effects) }
             // Property blocks still arriving are held by the engine: they count too.
             if !state.isClosed && self.checkHardLimit(&state, effects: &effects) {
                 self.updateReading(&state, effects: &effects)
@@ -207,7 +211,7 @@ extension ConnectionCore {
     private func requestStarted(_ message: BLIPIncomingMessage, _ state: inout State, effects: inout Effects) {
         let route = self.route(for: message.properties, &state)
         let number = message.id.number
-        self.orderStarted(number, &state)
+        self.orderStarted(number, route: route, &state)
         // During a graceful close a streamed request is not started: it is read like a whole one (within the
         // same limits) and refused once complete, below.
         if case .streaming(let handler) = route, !(message.expectsReply && state.isDraining) {

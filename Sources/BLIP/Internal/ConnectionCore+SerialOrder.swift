@@ -9,9 +9,10 @@ internal import BLIPEngine
 extension ConnectionCore {
     var isSerial: Bool { self.router.handlerOrder == .serial }
 
-    /// A request of the peer's started arriving (its properties are in).
-    func orderStarted(_ number: UInt64, _ state: inout State) {
-        guard self.isSerial else { return }
+    /// A request of the peer's started arriving (its properties are in). One whose profile has no handler
+    /// and that will be answered ERR BLIP/404 takes no place: it never needs to wait.
+    func orderStarted(_ number: UInt64, route: BLIPRouter.Route?, _ state: inout State) {
+        guard self.isSerial, route != nil || self.configuration.unhandledRequests == .deliver else { return }
         state.order.started(number)
     }
 

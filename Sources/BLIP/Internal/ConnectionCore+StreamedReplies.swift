@@ -33,7 +33,12 @@ extension ConnectionCore {
             self.replyBodyFailed(head.number, queued: nil, error)
             return
         }
-        guard let id = self.enqueueStreamedReply(head) else { return }
+        guard let id = self.enqueueStreamedReply(head) else {
+            // Not queued (ERR BLIP/500 went instead, or the connection closed): a close asked for after it
+            // follows that.
+            self.closeIfAskedAfterReply(to: head.number)
+            return
+        }
         while true {
             let following: ByteBuffer?
             do {
@@ -46,7 +51,10 @@ extension ConnectionCore {
             do {
                 try await self.appendBody(next ?? ByteBuffer(), to: id, isComplete: isComplete)
             } catch {
-                return  // the connection closed, or the engine dropped the reply: pull no more
+                // The connection closed, or the engine dropped the reply: pull no more. A close asked for
+                // after this reply happens now.
+                self.closeIfAskedAfterReply(to: head.number)
+                return
             }
             if isComplete {
                 self.closeIfAskedAfterReply(to: head.number)

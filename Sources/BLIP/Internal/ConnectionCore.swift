@@ -162,7 +162,7 @@ final class ConnectionCore: Sendable {
         var requestedClose: BLIPCloseReason?
         /// Closes asked for right after the reply to a request (``BLIPRequestContext/closeAfterReply(code:reason:)``),
         /// by request number.
-        var closesAfterReply: [UInt64: BLIPCloseReason] = [:]
+        var closesAfterReply: [UInt64: CloseAfterReply] = [:]
         var closeWaiters: [WaiterContinuation<BLIPCloseStatus, Never>] = []
         var statistics = BLIPConnectionStatistics()
         /// Our requests that report progress, until their reply starts; then their replies (see
