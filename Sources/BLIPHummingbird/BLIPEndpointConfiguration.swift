@@ -21,6 +21,11 @@ public struct BLIPEndpointConfiguration: Sendable {
     /// before it is closed with 1001 anyway.
     public var shutdownDrainTimeout = Duration.seconds(10)
     public var connection = BLIPConnection.Configuration()
+    /// Origins, besides the endpoint's own, whose web pages may open connections (exact origins, host
+    /// patterns such as `*.example.com`, or `*` for all), checked before `shouldUpgrade`: an upgrade from
+    /// another site's page gets 403, as from `BLIPWebSocketServer` (see its configuration's
+    /// `allowedOrigins` for the rules). Upgrades without `Origin` (not from a browser) are not affected.
+    public var allowedOrigins: [String] = []
 
     public init() {}
 }

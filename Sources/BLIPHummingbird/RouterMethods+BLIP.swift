@@ -33,7 +33,8 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
         },
         onConnection: (@Sendable (BLIPConnection) async throws -> Void)? = nil
     ) -> Self {
-        self.on(path, method: .get) { request, context -> Response in
+        let origins = OriginRule(allowedOrigins: configuration.allowedOrigins)
+        return self.on(path, method: .get) { request, context -> Response in
             guard HandshakeRules.isWebSocketUpgrade(request.headers[values: .upgrade]) else {
                 return Response.text(
                     status: .upgradeRequired,
@@ -43,6 +44,9 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
             }
             guard request.headers[values: .secWebSocketKey].count == 1 else {
                 return Response.text(status: .badRequest, HandshakeRules.missingKeyText)
+            }
+            guard origins.allows(origin: request.headers[.origin], host: request.head.authority) else {
+                return Response.text(status: .forbidden, "pages from this origin may not connect\n")
             }
             let offered = BLIPSubprotocol.parseOffers(request.headers[values: .secWebSocketProtocol])
             let negotiated = HandshakeRules.negotiate(

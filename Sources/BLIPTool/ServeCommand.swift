@@ -67,8 +67,10 @@ struct ServeCommand: AsyncParsableCommand {
     var staticRemote = false
     @Option(
         name: .customLong("allow-origin"),
-        help:
-            "With --static: also accept BLIP connections from pages of this origin (repeatable; default: only the server's own pages and clients that are not browsers)."
+        help: ArgumentHelp(
+            "Also accept connections from web pages of this origin: https://app.example.com, a host pattern such as *.example.com, or * for every site (repeatable; default: only the server's own pages, and clients that are not browsers).",
+            valueName: "origin"
+        )
     )
     var allowedOrigins: [String] = []
     @Flag(help: "Log every message.") var verbose = false
@@ -89,8 +91,8 @@ struct ServeCommand: AsyncParsableCommand {
         if let credentials = self.requireBasic, BasicAuthentication(credentials) == nil {
             throw ValidationError("--require-basic is user:password, with a non-empty user name and no colon in it")
         }
-        if (self.staticRemote || !self.allowedOrigins.isEmpty) && self.staticDirectory == nil {
-            throw ValidationError("--static-remote and --allow-origin need --static")
+        if self.staticRemote && self.staticDirectory == nil {
+            throw ValidationError("--static-remote needs --static")
         }
         if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
         if !(self.drainTimeout >= 0 && self.drainTimeout <= 86_400) {
@@ -130,12 +132,9 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         if let directory = self.staticDirectory {
-            configuration.staticFiles = BLIPStaticFiles(
-                directory: directory,
-                servesRemoteClients: self.staticRemote,
-                allowedOrigins: self.allowedOrigins
-            )
+            configuration.staticFiles = BLIPStaticFiles(directory: directory, servesRemoteClients: self.staticRemote)
         }
+        configuration.allowedOrigins = self.allowedOrigins
         let profiles = StandardProfiles()
         var router = BLIPRouter()
         router.register(profiles)

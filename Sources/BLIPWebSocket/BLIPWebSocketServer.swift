@@ -65,6 +65,19 @@ public final class BLIPWebSocketServer: Sendable {
         /// Files served to plain HTTP requests on the same port (the browser client module, a web page and
         /// its assets); nil answers them 426, as a BLIP endpoint does.
         public var staticFiles: BLIPStaticFiles?
+        /// Origins, besides the server's own, whose web pages may open connections: exact origins
+        /// (`https://app.example.com`), host patterns (`*.example.com`, `app.example.com:8443`), or `*` for
+        /// any page of any site.
+        ///
+        /// Browsers send `Origin` with every WebSocket upgrade, and send the user's cookies and cached Basic
+        /// credentials with it, whichever site's page asked: without this check any site could open an
+        /// authenticated connection (cross-site WebSocket hijacking). An upgrade without `Origin` is not
+        /// from a browser and is allowed; one from the server's own pages (an `http` or `https` origin whose
+        /// host and port are the request's `Host`) is allowed; any other gets 403 unless it matches one of
+        /// these. Patterns are compared without regard to case; a pattern with `://` is matched against the
+        /// whole origin, one with a port against the origin's host and port, any other against its host;
+        /// `*` matches any run of characters (`*.example.com` does not match `example.com`).
+        public var allowedOrigins: [String] = []
 
         public init() {}
     }
@@ -485,11 +498,15 @@ struct UpgradePolicy: Sendable {
     let subprotocols: [String]
     let acceptsSeedDialect: Bool
     let rawEndpoint: BLIPWebSocketServer.RawEndpointPolicy
-    /// Set when the server serves web pages: which browsers' pages may connect.
-    let origins: BrowserOriginRule?
+    /// Which browsers' pages may connect; with web pages served, the stricter rule of a local bridge.
+    let origins: OriginRule
+    let browserOrigins: BrowserOriginRule?
 
     init(configuration: BLIPWebSocketServer.Configuration) {
-        self.origins = configuration.staticFiles.map(BrowserOriginRule.init)
+        self.origins = OriginRule(allowedOrigins: configuration.allowedOrigins)
+        self.browserOrigins = configuration.staticFiles.map {
+            BrowserOriginRule($0, allowedOrigins: configuration.allowedOrigins)
+        }
         self.path = configuration.path.map(PathPattern.init)
         self.subprotocols = configuration.subprotocols
         self.acceptsSeedDialect = configuration.acceptsSeedDialect
@@ -501,11 +518,12 @@ struct UpgradePolicy: Sendable {
         guard self.pathParameters(head.uri) != nil else {
             return .refuse(.notFound, "no BLIP endpoint at \(head.uri.prefix { $0 != "?" })")
         }
-        if let origins,
-            !origins.allowsUpgrade(origin: head.headers.first(name: "Origin"), host: head.headers.first(name: "Host"))
-        {
-            return .refuse(.forbidden, "pages from this origin may not connect")
-        }
+        let origin = head.headers.first(name: "Origin")
+        let host = head.headers.first(name: "Host")
+        let allowed =
+            self.browserOrigins?.allowsUpgrade(origin: origin, host: host)
+            ?? self.origins.allows(origin: origin, host: host)
+        guard allowed else { return .refuse(.forbidden, "pages from this origin may not connect") }
         let offered = BLIPSubprotocol.parseOffers(head.headers["Sec-WebSocket-Protocol"])
         switch self.rawEndpoint {
         case .always: return .raw(subprotocol: offered.first)

@@ -9,13 +9,16 @@
 ///   the server under the site's name. So unless ``BLIPStaticFiles/servesRemoteClients`` is on, the
 ///   `Host` must name this machine (`127.0.0.1`, `[::1]`, `localhost`) for files and for same-origin
 ///   upgrades.
+///
+/// Origins are otherwise checked as on every endpoint (``OriginRule``), with `allowedOrigins` being the
+/// server's and the files' allowed origins together.
 struct BrowserOriginRule: Sendable, Hashable {
-    let allowedOrigins: Set<String>
+    let origins: OriginRule
     /// ``BLIPStaticFiles/servesRemoteClients``: any client address and any `Host` may have files.
     let allowsAnyHost: Bool
 
-    init(_ files: BLIPStaticFiles) {
-        self.allowedOrigins = Set(files.allowedOrigins.map { $0.lowercased() })
+    init(_ files: BLIPStaticFiles, allowedOrigins: [String] = []) {
+        self.origins = OriginRule(allowedOrigins: allowedOrigins + files.allowedOrigins)
         self.allowsAnyHost = files.servesRemoteClients
     }
 
@@ -26,10 +29,9 @@ struct BrowserOriginRule: Sendable, Hashable {
 
     /// Whether an upgrade with this `Origin` (nil: none sent) and `Host` may go on.
     func allowsUpgrade(origin: String?, host: String?) -> Bool {
-        guard let origin = origin?.lowercased() else { return true }
-        if self.allowedOrigins.contains(origin) { return true }
-        guard let host = host?.lowercased(), self.allowsFiles(host: host) else { return false }
-        return origin == "http://\(host)" || origin == "https://\(host)"
+        guard let origin else { return true }
+        if self.origins.isAllowListed(origin) { return true }
+        return self.allowsFiles(host: host) && OriginRule.isSameOrigin(origin, host: host)
     }
 
     /// Whether a `Host` value (a name or address, perhaps with a port) is this machine's loopback.
