@@ -133,7 +133,7 @@ let package = Package(
         // Test helpers shared by the test targets (a gate for handlers, a bounded poll).
         .target(
             name: "BLIPTestSupport",
-            dependencies: ["BLIP", nioCore, nioLocks],
+            dependencies: ["BLIP", nioCore, nioLocks, logging],
             path: "Tests/BLIPTestSupport",
             swiftSettings: swiftSettings
         ),

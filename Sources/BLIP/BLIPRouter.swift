@@ -16,7 +16,14 @@ public struct BLIPRouter: Sendable {
         case whole(Handler)
         case synchronous(SynchronousHandler)
         case streaming(StreamingHandler)
+        /// ``pingProfile`` with no handler registered: an empty reply from the connection itself.
+        case ping
     }
+
+    /// The profile of the keepalive request Couchbase Lite for JavaScript sends, which Sync Gateway answers
+    /// with an empty reply. A router answers it that way too unless a handler is registered for it; the
+    /// connection answers it at once, outside handler slots and serial order, as a keepalive needs.
+    public static let pingProfile = "PING"
 
     /// How requests reach their handlers.
     public enum HandlerOrder: Hashable, Sendable {
@@ -73,8 +80,10 @@ public struct BLIPRouter: Sendable {
         service.registerHandlers(with: &self)
     }
 
+    /// Whether a request with this profile is answered: by a registered handler, or (``pingProfile``)
+    /// by the connection itself.
     public func hasHandler(forProfile profile: String) -> Bool {
-        self.routes[profile] != nil
+        self.routes[profile] != nil || profile == Self.pingProfile
     }
 
     var hasStreamingHandlers: Bool {
@@ -82,7 +91,7 @@ public struct BLIPRouter: Sendable {
     }
 
     func route(forProfile profile: String) -> Route? {
-        self.routes[profile]
+        self.routes[profile] ?? (profile == Self.pingProfile ? .ping : nil)
     }
 }
 

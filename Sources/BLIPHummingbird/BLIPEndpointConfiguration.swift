@@ -7,7 +7,7 @@ public import NIOCore
 public struct BLIPEndpointConfiguration: Sendable {
     /// Subprotocols spoken. The first of the client's offers that is spoken wins (the client's preference,
     /// as in go-blip); a client offering none of them gets HTTP 500 naming them, as from go-blip.
-    public var subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2", BLIPSubprotocol.blip2]
+    public var subprotocols = BLIPSubprotocol.serverDefaults
     /// Clients that offer no subprotocol speak the seed dialect (otherwise they are refused).
     public var acceptsSeedDialect = false
     public var heartbeatInterval: TimeAmount? = .seconds(300)

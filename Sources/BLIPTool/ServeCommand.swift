@@ -25,7 +25,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Serve only this URL path, or paths matching a pattern such as /{db}/_blipsync (default: any path).")
     var path: String?
     @Option(help: "Subprotocols spoken, comma-separated, in preference order.")
-    var protocols = "BLIP_3+CBMobile_3,BLIP_3+CBMobile_2,BLIP"
+    var protocols = BLIPSubprotocol.serverDefaults.joined(separator: ",")
     @Option(help: "PEM certificate chain for wss://.") var tlsCert: String?
     @Option(help: "PEM private key for wss://.") var tlsKey: String?
     @Option(help: "Require a client certificate signed by a CA in this PEM file (mutual TLS; needs --tls-cert).")
@@ -49,6 +49,14 @@ struct ServeCommand: AsyncParsableCommand {
         )
     )
     var requireBasic: String?
+    @Option(
+        name: .customLong("session-token"),
+        help: ArgumentHelp(
+            "Admit one connection that offers this one-time session token as the subprotocol entry SyncGatewaySession_<token>, as browsers do for Sync Gateway 3.3+ (repeatable; other connections need --require-basic credentials, or get 401).",
+            valueName: "token"
+        )
+    )
+    var sessionTokens: [String] = []
     @Flag(help: "Make every connection a pure echo endpoint, no BLIP (for WebSocket conformance tests).")
     var echoOnly = false
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
@@ -142,7 +150,10 @@ struct ServeCommand: AsyncParsableCommand {
             configuration: configuration,
             router: router,
             logger: logger,
-            upgradeHandler: self.requireBasic.flatMap(BasicAuthentication.init)?.upgradeHandler
+            upgradeHandler: ServeAuthentication.upgradeHandler(
+                basic: self.requireBasic.flatMap(BasicAuthentication.init),
+                tokens: self.sessionTokens.isEmpty ? nil : SessionTokens(self.sessionTokens)
+            )
         )
         let scheme = self.tlsCert == nil ? "ws" : "wss"
         // Scripts (and `blip bench --self`) read this line to learn the port.
@@ -161,32 +172,31 @@ struct ServeCommand: AsyncParsableCommand {
                     "subprotocol": "\(accepted.subprotocol ?? "none")",
                     "path": "\(accepted.path)",
                     "identity": "\(accepted.connection.identity.map { "\($0)" } ?? "none")",
+                    "user_agent": "\(accepted.upgradeRequest.userAgent ?? "none")",
                 ]
             )
-            // Requests to unknown profiles: counted, then answered ERR BLIP/404.
-            Task {
-                for await incoming in accepted.connection.incomingRequests {
-                    profiles.counters.withLockedValue { $0.unhandled += 1 }
-                    if incoming.expectsReply {
-                        try? incoming.respond(
-                            throwing: BLIPError(
-                                code: .notFound,
-                                message: "no handler for \(incoming.request.profile ?? "no profile")"
-                            )
+            // Requests to unknown profiles: counted, then answered ERR BLIP/404, until the connection closes.
+            for await incoming in accepted.connection.incomingRequests {
+                profiles.counters.withLockedValue { $0.unhandled += 1 }
+                if incoming.expectsReply {
+                    try? incoming.respond(
+                        throwing: BLIPError(
+                            code: .notFound,
+                            message: "no handler for \(incoming.request.profile ?? "no profile")"
                         )
-                    }
+                    )
                 }
-                let statistics = accepted.connection.statistics
-                connectionLogger.info(
-                    "closed",
-                    metadata: [
-                        "remote": "\(accepted.remoteAddress)",
-                        "frames_in": "\(statistics.framesReceived)", "frames_out": "\(statistics.framesSent)",
-                        "bytes_in": "\(statistics.bytesReceived)", "bytes_out": "\(statistics.bytesSent)",
-                        "send_window": "\(statistics.sendWindow)",
-                    ]
-                )
             }
+            let statistics = accepted.connection.statistics
+            connectionLogger.info(
+                "closed",
+                metadata: [
+                    "remote": "\(accepted.remoteAddress)",
+                    "frames_in": "\(statistics.framesReceived)", "frames_out": "\(statistics.framesSent)",
+                    "bytes_in": "\(statistics.bytesReceived)", "bytes_out": "\(statistics.bytesSent)",
+                    "send_window": "\(statistics.sendWindow)",
+                ]
+            )
         }
         // SIGTERM and SIGINT shut down gracefully: no new connections, in-flight requests finish (up to
         // --drain-timeout), then each connection closes with 1001.
@@ -204,7 +214,7 @@ struct ServeCommand: AsyncParsableCommand {
     /// The server with the tool's per-connection logging, as the one service of its group.
     private struct Serving: Service {
         let server: BLIPWebSocketServer
-        let onConnection: @Sendable (BLIPWebSocketServer.AcceptedConnection) -> Void
+        let onConnection: @Sendable (BLIPWebSocketServer.AcceptedConnection) async -> Void
 
         func run() async {
             await self.server.run(onConnection: self.onConnection)

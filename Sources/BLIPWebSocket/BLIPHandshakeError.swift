@@ -74,6 +74,8 @@ public struct BLIPHandshakeError: Error, Sendable, CustomStringConvertible {
     public var bodyIsTruncated: Bool
     /// What went wrong, when the status alone does not say (the subprotocols offered, the chain of redirects).
     public var detail: String?
+    /// The subprotocols the client offered.
+    public var offeredSubprotocols: [String]
 
     public init(
         kind: Kind,
@@ -84,7 +86,8 @@ public struct BLIPHandshakeError: Error, Sendable, CustomStringConvertible {
         headers: BLIPHTTPFields = [:],
         body: [UInt8] = [],
         bodyIsTruncated: Bool = false,
-        detail: String? = nil
+        detail: String? = nil,
+        offeredSubprotocols: [String] = []
     ) {
         self.kind = kind
         self.url = url
@@ -95,6 +98,17 @@ public struct BLIPHandshakeError: Error, Sendable, CustomStringConvertible {
         self.body = body
         self.bodyIsTruncated = bodyIsTruncated
         self.detail = detail
+        self.offeredSubprotocols = offeredSubprotocols
+    }
+
+    /// The subprotocols the server speaks, as its refusal names them (go-blip's and this package's HTTP 500
+    /// "I only speak A, B protocols"); empty when it did not say.
+    public var serverSubprotocols: [String] {
+        guard self.kind == .subprotocolRefused, self.status == 500 else { return [] }
+        let text = self.bodyText.prefix { $0 != "\n" && $0 != "\r" }
+        guard text.hasPrefix("I only speak "), text.hasSuffix(" protocols") else { return [] }
+        return text.dropFirst("I only speak ".count).dropLast(" protocols".count)
+            .split(separator: ",").map { String($0.filter { $0 != " " }) }.filter { !$0.isEmpty }
     }
 
     /// The challenges of every `WWW-Authenticate` field (a 401 should have at least one).

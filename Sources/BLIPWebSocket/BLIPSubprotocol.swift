@@ -8,6 +8,17 @@ public enum BLIPSubprotocol {
     public static let blip2 = "BLIP"
     /// The subprotocols Couchbase Lite 3 offers, most preferred first.
     public static let couchbaseMobileDefaults = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2"]
+    /// The subprotocol of Couchbase Lite's replicator for databases with version vectors (Couchbase Lite 4,
+    /// Sync Gateway 4): LiteCore requires it of such a database's peer. A client for one offers it alone,
+    /// or first: `[BLIPSubprotocol.couchbaseMobile4] + BLIPSubprotocol.couchbaseMobileDefaults`.
+    public static let couchbaseMobile4 = "BLIP_3+CBMobile_4"
+    /// The prefix of the extra `Sec-WebSocket-Protocol` entry that carries a one-time session token
+    /// (`SyncGatewaySession_<token>`): Sync Gateway 3.3+ takes it from browsers, which cannot set
+    /// `Authorization` on a WebSocket. A server never chooses it: the 101 names the BLIP subprotocol only.
+    public static let sessionTokenPrefix = "SyncGatewaySession_"
+
+    /// What servers speak by default, most recent first: every Couchbase Mobile version and BLIP 2.
+    public static let serverDefaults = [couchbaseMobile4] + couchbaseMobileDefaults + [blip2]
 
     /// `BLIP_3+<application>`, e.g. `BLIP_3+CBMobile_3`.
     public static func blip3(application: String) -> String {

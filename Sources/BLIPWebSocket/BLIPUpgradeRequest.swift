@@ -62,6 +62,22 @@ public struct BLIPUpgradeRequest: Sendable {
         return (String(text[..<colon]), String(text[text.index(after: colon)...]))
     }
 
+    /// The one-time session token the client offered as a `SyncGatewaySession_<token>` subprotocol entry (how
+    /// browsers authenticate to Sync Gateway 3.3+), or nil. The server never echoes it: the 101 names the
+    /// BLIP subprotocol only. Like the other credentials, it is never logged.
+    public var sessionToken: String? {
+        let prefix = BLIPSubprotocol.sessionTokenPrefix
+        for offer in BLIPSubprotocol.parseOffers(self.headers["Sec-WebSocket-Protocol"]) where offer.hasPrefix(prefix) {
+            let token = offer.dropFirst(prefix.count)
+            if !token.isEmpty { return String(token) }
+        }
+        return nil
+    }
+
+    /// The client's `User-Agent` (Couchbase Lite sends its version and platform; Sync Gateway logs it), or
+    /// nil.
+    public var userAgent: String? { self.headers.first("User-Agent") }
+
     /// The value of the cookie called `name` in the request's `Cookie` headers (RFC 6265 5.4), or nil.
     /// Surrounding double quotes are kept, as RFC 6265 says the value includes them.
     public func cookie(named name: String) -> String? {

@@ -15,6 +15,9 @@ public enum BLIPWebSocketClient {
         public var subprotocols = BLIPSubprotocol.couchbaseMobileDefaults
         /// Speak the 2013 seed dialect: offer no subprotocol. The server must be configured for it too.
         public var usesSeedDialect = false
+        /// A one-time session token, offered as the extra subprotocol entry `SyncGatewaySession_<token>`
+        /// after the BLIP ones, as browsers authenticate to Sync Gateway 3.3+. The server never chooses it.
+        public var sessionToken: String?
         /// Extra request headers, such as `Authorization` or `Cookie`. An `Authorization` here wins over
         /// credentials in the URL.
         public var headers: [(name: String, value: String)] = []
@@ -259,6 +262,7 @@ public enum BLIPWebSocketClient {
             }
             let upgrader = BLIPClientUpgrader(
                 offered: offered,
+                sessionToken: configuration.usesSeedDialect ? nil : configuration.sessionToken,
                 usesSeedDialect: configuration.usesSeedDialect || rawSink != nil,
                 maximumMessageSize: configuration.maximumMessageSize,
                 settings: settings,
@@ -397,6 +401,8 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
         channel.eventLoop.makeSucceededVoidFuture()
     })
     let offered: [String]
+    /// Offered after `offered` in the same header, never accepted as the server's choice.
+    let sessionToken: String?
     let usesSeedDialect: Bool
     let maximumMessageSize: Int
     let settings: BLIPWebSocketHandler.Settings
@@ -406,6 +412,7 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
 
     init(
         offered: [String],
+        sessionToken: String? = nil,
         usesSeedDialect: Bool,
         maximumMessageSize: Int,
         settings: BLIPWebSocketHandler.Settings,
@@ -416,6 +423,7 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
         self.rawSink = rawSink
         self.captureDirectory = captureDirectory
         self.offered = offered
+        self.sessionToken = sessionToken
         self.usesSeedDialect = usesSeedDialect
         self.maximumMessageSize = maximumMessageSize
         self.settings = settings
@@ -427,8 +435,9 @@ final class BLIPClientUpgrader: NIOHTTPClientProtocolUpgrader, Sendable {
 
     func addCustom(upgradeRequestHeaders: inout HTTPHeaders) {
         self.inner.addCustom(upgradeRequestHeaders: &upgradeRequestHeaders)
-        if !self.offered.isEmpty {
-            upgradeRequestHeaders.add(name: "Sec-WebSocket-Protocol", value: self.offered.joined(separator: ","))
+        let entries = self.offered + (self.sessionToken.map { [BLIPSubprotocol.sessionTokenPrefix + $0] } ?? [])
+        if !entries.isEmpty {
+            upgradeRequestHeaders.add(name: "Sec-WebSocket-Protocol", value: entries.joined(separator: ","))
         }
     }
 

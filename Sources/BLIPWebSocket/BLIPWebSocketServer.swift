@@ -30,7 +30,7 @@ public final class BLIPWebSocketServer: Sendable {
         public var path: String?
         /// Subprotocols spoken. The server picks the first of the client's offers that it speaks (the
         /// client's preference wins, as in go-blip).
-        public var subprotocols = ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2", BLIPSubprotocol.blip2]
+        public var subprotocols = BLIPSubprotocol.serverDefaults
         /// Clients that offer no subprotocol speak the seed dialect (otherwise they are refused).
         public var acceptsSeedDialect = false
         public var tls: TLS?

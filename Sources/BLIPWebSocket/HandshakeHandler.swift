@@ -87,6 +87,10 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
         let status = Int(response.status.code)
         var kind = BLIPHandshakeError.Kind.of(status: status, body: self.body)
         var detail: String?
+        let offered = self.upgrader.offered
+        if kind == .subprotocolRefused {
+            detail = "offered \(offered.isEmpty ? "no subprotocol" : offered.joined(separator: ", "))"
+        }
         if response.status == .switchingProtocols {
             if !self.upgrader.isWebSocketUpgrade(response) {
                 kind = .notWebSocket
@@ -94,7 +98,7 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
             } else {
                 kind = .subprotocolRefused
                 let chosen = response.headers["Sec-WebSocket-Protocol"].joined(separator: ",")
-                let offered = self.upgrader.offered.joined(separator: ", ")
+                let offered = offered.joined(separator: ", ")
                 detail =
                     chosen.isEmpty
                     ? "the server accepted none of the subprotocols offered (\(offered))"
@@ -110,7 +114,8 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
                 headers: BLIPHTTPFields(response.headers),
                 body: self.body,
                 bodyIsTruncated: bodyIsTruncated,
-                detail: detail
+                detail: detail,
+                offeredSubprotocols: offered
             )
         )
         context.close(promise: nil)

@@ -123,9 +123,7 @@ struct ResolutionRegressionTests {
     func noLoggingUnderTheLock() async throws {
         let logs = CapturingLogHandler.Store()
         let watched = NIOLockedValueBox<BLIPConnection?>(nil)
-        logs.hook.withLockedValue { hook in
-            hook = { _ = watched.withLockedValue { $0 }?.statistics }
-        }
+        logs.setHook { _ = watched.withLockedValue { $0 }?.statistics }
         var router = standardRouter()
         router.registerStreaming(profile: "stream-sink") { request, _ in
             var total = 0

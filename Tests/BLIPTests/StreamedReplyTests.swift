@@ -1,4 +1,5 @@
 import BLIPEngine
+import BLIPTestSupport
 import BLIPWire
 import Logging
 import NIOConcurrencyHelpers
@@ -163,7 +164,7 @@ struct StreamedReplyTests {
         let serverConnection = BLIPConnection(transport: server, router: router, logger: logs.logger(level: .info))
         // Taking the connection's lock in the log handler hangs (past the time limit) if a log call is made
         // under it.
-        logs.hook.withLockedValue { $0 = { _ = serverConnection.isClosed } }
+        logs.setHook { _ = serverConnection.isClosed }
         let serverRun = Task { await serverConnection.run() }
         try await withBLIPConnection(over: client) { connection in
             let error = await #expect(throws: BLIPError.self) {

@@ -288,6 +288,11 @@ extension ConnectionCore {
         }
         // Requests that would be held (for a handler, or in the incoming-request buffer); a 404 is not.
         let number = message.id.number
+        if case .ping = route {
+            self.release(charge, &state, effects: &effects)
+            if message.expectsReply { self.enqueuePingReply(to: number, &state, effects: &effects) }
+            return
+        }
         let isHeld = route != nil || self.configuration.unhandledRequests == .deliver
         if message.expectsReply && isHeld && beganWhileClosing {
             self.refuseWhileClosing(message, charge: charge, &state, effects: &effects)
@@ -323,8 +328,8 @@ extension ConnectionCore {
                 handler: handler
             )
             self.inOrder(.immediate(work), number: number, charge: charge, &state, effects: &effects)
-        case .streaming:
-            preconditionFailure("streaming requests are dispatched when they start, or refused while closing")
+        case .streaming, .ping:
+            preconditionFailure("streaming requests are dispatched when they start; PING is answered above")
         case nil:
             self.unhandled(request, message, charge: charge, &state, effects: &effects)
         }
@@ -382,6 +387,12 @@ extension ConnectionCore {
         } else {
             state.unhandled.append(incoming)
         }
+    }
+
+    /// The empty reply to ``BLIPRouter/pingProfile`` that Sync Gateway gives.
+    private func enqueuePingReply(to number: UInt64, _ state: inout State, effects: inout Effects) {
+        let reply = BLIPOutgoingMessage(.response(toRequest: number), properties: [:])
+        _ = self.enqueueReply(reply, to: number, &state, effects: &effects)
     }
 
     /// Queues an ERR reply the connection gives on its own (404, 413, 503).

@@ -7,13 +7,15 @@ internal import BLIPEngine
 /// counts against the buffer budget as memory only reading can free (see ConnectionCore+Backpressure):
 /// reading never pauses for it, and the earliest request is the one let through when ACKs are withheld.
 extension ConnectionCore {
-    var isSerial: Bool { self.router.handlerOrder == .serial }
-
     /// A request of the peer's started arriving (its properties are in). One whose profile has no handler
     /// and that will be answered ERR BLIP/404 takes no place: it never needs to wait.
     func orderStarted(_ number: UInt64, route: BLIPRouter.Route?, _ state: inout State) {
-        guard self.isSerial, route != nil || self.configuration.unhandledRequests == .deliver else { return }
-        state.order.started(number)
+        guard self.isSerial else { return }
+        switch route {
+        case .ping: return  // answered at once, whatever waits
+        case nil where self.configuration.unhandledRequests == .respondNotFound: return
+        default: state.order.started(number)
+        }
     }
 
     /// Whether a request that is ready now must wait for an earlier one.

@@ -21,6 +21,8 @@ final class ConnectionCore: Sendable {
     let loopIsolation: EventLoopIsolation?
     let configuration: BLIPConnection.Configuration
     let router: BLIPRouter
+    /// `router.handlerOrder == .serial`, read once (asked for every request).
+    let isSerial: Bool
     let logger: Logger
     /// What the application attached to the connection when it was accepted (the authenticated user).
     let identity: (any Sendable)?
@@ -241,6 +243,7 @@ final class ConnectionCore: Sendable {
         self.identity = identity
         self.configuration = configuration
         self.router = router
+        self.isSerial = router.handlerOrder == .serial
         var logger = logger
         logger[metadataKey: "blip.dialect"] = "\(transport.dialect)"
         self.logger = logger

@@ -29,6 +29,19 @@ export interface BLIPConnectOptions {
    * again once the handler's reply has been sent.
    */
   maxConcurrentHandlers?: number;
+  /**
+   * A one-time session token, offered as the subprotocol entry `SyncGatewaySession_<token>` beside the
+   * BLIP ones: how a browser authenticates to Sync Gateway 3.3+ (it cannot set `Authorization`). The
+   * server never echoes it back.
+   */
+  sessionToken?: string;
+  /**
+   * Milliseconds without anything received after which a `PING` request is sent (default 0: never).
+   * With no reply within `keepAliveTimeout`, the connection closes with 3008.
+   */
+  keepAliveInterval?: number;
+  /** Milliseconds a keepalive `PING` may wait for its reply (default: `keepAliveInterval`). */
+  keepAliveTimeout?: number;
 }
 
 /** A request body: a string is sent as UTF-8. */
@@ -103,6 +116,8 @@ export class BLIPConnection {
   handle(profile: string, handler: ((request: BLIPMessage) => BLIPReply | undefined | void | Promise<BLIPReply | undefined | void>) | null): void;
   /** Closes (code 1000 or 3000-4999); pending requests reject with BLIPConnectionClosedError. */
   close(code?: number, reason?: string): Promise<BLIPCloseInfo>;
+  /** Sends a `PING` request (answered with an empty reply); resolves with the round trip in milliseconds. */
+  ping(): Promise<number>;
 }
 
 /** A received message: a request from the peer, or a reply to one of ours. */

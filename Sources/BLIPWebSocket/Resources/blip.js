@@ -61,6 +61,10 @@ const DEFAULT_MAX_HANDLERS = 512;
 const DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024;
 const DEFAULT_SEND_BUFFER_LIMIT = 1024 * 1024;
 const DEFAULT_PROTOCOLS = ['BLIP_3+CBMobile_3', 'BLIP_3+CBMobile_2'];
+/** Sync Gateway 3.3+ takes a one-time session token as an extra subprotocol entry (browsers cannot set headers). */
+const SESSION_TOKEN_PREFIX = 'SyncGatewaySession_';
+/** What a keepalive that got no answer closes with: IANA's "timeout" (browsers allow 1000 and 3000-4999). */
+const CLOSE_KEEPALIVE_TIMEOUT = 3008;
 const MAX_REQUEST_NUMBER = 0xffffffff; // go-blip and Cocoa peers keep request numbers in 32 bits
 const SYNC_FLUSH_TRAILER = new Uint8Array([0x00, 0x00, 0xff, 0xff]);
 
@@ -850,13 +854,23 @@ export class BLIPConnection {
    *   in arrival order. A handler's slot is free again once its reply is sent.
    * @param {number} [options.sendBufferLimit=1048576] stop handing frames to the socket while its
    *   bufferedAmount exceeds this
+   * @param {string} [options.sessionToken] a one-time session token, offered as the subprotocol entry
+   *   `SyncGatewaySession_<token>` beside the BLIP ones (how a browser authenticates to Sync Gateway
+   *   3.3+ and to servers built on swift-blip; the server never echoes it back)
+   * @param {number} [options.keepAliveInterval=0] milliseconds without anything received after which a
+   *   `PING` request is sent (0: none); with no reply within `keepAliveTimeout` the connection closes
+   *   with 3008
+   * @param {number} [options.keepAliveTimeout] milliseconds a keepalive `PING` may wait for its reply
+   *   (default: the interval)
    * @returns {Promise<BLIPConnection>} rejects with BLIPConnectionClosedError if the socket fails first
    */
   static connect(url, options = {}) {
     return new Promise((resolve, reject) => {
       let ws;
       try {
-        ws = new WebSocket(url, options.protocols || DEFAULT_PROTOCOLS);
+        const protocols = [...(options.protocols || DEFAULT_PROTOCOLS)];
+        if (options.sessionToken) protocols.push(SESSION_TOKEN_PREFIX + options.sessionToken);
+        ws = new WebSocket(url, protocols);
       } catch (e) {
         reject(new BLIPConnectionClosedError(1006, String(e && e.message || e), e));
         return;
@@ -920,6 +934,45 @@ export class BLIPConnection {
     ws.addEventListener('message', (event) => this._onMessage(event));
     ws.addEventListener('close', (event) => this._onSocketClose(event));
     ws.addEventListener('error', () => {}); // a 'close' event always follows
+
+    this._lastReceived = performance.now();
+    this._keepAliveTimer = null;
+    const interval = Math.max(0, Number(options.keepAliveInterval) || 0);
+    if (interval > 0) {
+      const timeout = Math.max(1, Number(options.keepAliveTimeout) || interval);
+      this._keepAliveTimer = setInterval(() => this._keepAlive(interval, timeout), Math.max(10, interval / 4));
+    }
+  }
+
+  /**
+   * Sends a `PING` request (the keepalive of Couchbase Lite for JavaScript; Sync Gateway and swift-blip
+   * servers answer it with an empty reply).
+   * @returns {Promise<number>} the round trip in milliseconds
+   */
+  async ping() {
+    const start = performance.now();
+    await this.sendRequest({ profile: 'PING' });
+    return performance.now() - start;
+  }
+
+  /** A keepalive tick: a PING after `interval` of silence; a close if one waits longer than `timeout`. */
+  _keepAlive(interval, timeout) {
+    if (this._state !== 'open') return;
+    const now = performance.now();
+    if (this._pingSentAt !== undefined) {
+      if (now - this._pingSentAt > timeout) {
+        this._pingSentAt = undefined;
+        this.close(CLOSE_KEEPALIVE_TIMEOUT, 'keepalive PING not answered');
+      }
+      return;
+    }
+    if (now - this._lastReceived < interval) return;
+    this._pingSentAt = now;
+    this._stats.keepAlivePings = (this._stats.keepAlivePings || 0) + 1;
+    this.sendRequest({ profile: 'PING' }).then(
+      () => { this._pingSentAt = undefined; },
+      () => {}, // the connection ended: its close says why
+    );
   }
 
   /** @returns {'open'|'closing'|'closed'} 'closing' once close() was called, until the socket is closed */
@@ -1167,6 +1220,7 @@ export class BLIPConnection {
 
   _onMessage(event) {
     if (this._state === 'closed') return;
+    this._lastReceived = performance.now();
     if (typeof event.data === 'string') {
       // Not BLIP: go-blip would misparse it, the spec calls it fatal (digest §7.1).
       this._failConnection(new BLIPProtocolError('text WebSocket message', 1003));
@@ -1310,6 +1364,8 @@ export class BLIPConnection {
     if (this._pumpTimer !== null) clearTimeout(this._pumpTimer);
     this._pumpTimer = null;
     if (this._closeTimer) clearTimeout(this._closeTimer);
+    if (this._keepAliveTimer !== null) clearInterval(this._keepAliveTimer);
+    this._keepAliveTimer = null;
     const failed = new Set();
     const fail = (reject) => {
       if (!reject || failed.has(reject)) return;

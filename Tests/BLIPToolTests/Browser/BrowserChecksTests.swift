@@ -121,6 +121,79 @@ struct BrowserChecksTests {
         }
     }
 
+    @Test(
+        "a page authenticates with a one-time session token; without one, or with a used one, it is refused",
+        .enabled(if: Self.unavailable == nil, Comment(rawValue: Self.unavailable ?? ""))
+    )
+    func sessionTokens() async throws {
+        let site = try Self.makeSite()
+        defer { try? FileManager.default.removeItem(at: site) }
+        let server = try await ServerProcess.start(
+            ServerProcess.executable!,
+            arguments: ["--static", site.path, "--session-token", "tok-1", "--session-token", "tok-2"]
+        )
+        let browser: HeadlessChromium
+        do {
+            browser = try await HeadlessChromium.start(scriptTimeout: .seconds(60))
+        } catch {
+            _ = await server.stopped()
+            throw error
+        }
+        let outcome: [String: String]
+        do {
+            try await browser.navigate(to: "http://127.0.0.1:\(server.port)/index.html")
+            let value = try await browser.executeAsync(
+                """
+                const done = arguments[arguments.length - 1];
+                (async () => {
+                  const { BLIPConnection } = await import('/_blip/blip.js');
+                  const url = `ws://${location.host}/tokens`;
+                  const attempt = async (options) => {
+                    try {
+                      const c = await BLIPConnection.connect(url, options);
+                      const rtt = await c.ping();
+                      const protocol = c.subprotocol;
+                      await c.close();
+                      return `connected ${protocol} ping ${rtt >= 0}`;
+                    } catch (e) {
+                      return `refused ${e.code}`;
+                    }
+                  };
+                  const result = {};
+                  result.withToken = await attempt({ sessionToken: 'tok-1' });
+                  result.usedToken = await attempt({ sessionToken: 'tok-1' });
+                  result.noToken = await attempt({});
+                  result.unknownToken = await attempt({ sessionToken: 'nope' });
+                  // A keepalive PING after 150 ms of silence, answered: the connection stays open.
+                  const c = await BLIPConnection.connect(url, { sessionToken: 'tok-2', keepAliveInterval: 150 });
+                  await new Promise((resolve) => setTimeout(resolve, 700));
+                  result.keepAlive = `${c.state} pings ${c.statistics.keepAlivePings || 0}`;
+                  await c.close();
+                  return result;
+                })().then((r) => done(JSON.stringify(r)), (e) => done(JSON.stringify({ fatal: String(e) })));
+                """,
+                timeout: 60
+            )
+            let text = try #require(value as? String)
+            outcome = try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
+        } catch {
+            await browser.quit()
+            _ = await server.stopped()
+            throw error
+        }
+        await browser.quit()
+        _ = await server.stopped()
+        // The server answered with the BLIP subprotocol only: the token is never echoed.
+        #expect(outcome["withToken"] == "connected BLIP_3+CBMobile_3 ping true", "\(outcome)")
+        // A refused upgrade reaches a page only as a failed connection (1006); the status is checked from
+        // Swift below.
+        #expect(outcome["usedToken"] == "refused 1006", "\(outcome)")
+        #expect(outcome["noToken"] == "refused 1006", "\(outcome)")
+        #expect(outcome["unknownToken"] == "refused 1006", "\(outcome)")
+        let pings = Int(outcome["keepAlive"]?.split(separator: " ").last ?? "") ?? 0
+        #expect(outcome["keepAlive"]?.hasPrefix("open pings") == true && pings >= 1, "\(outcome)")
+    }
+
     /// The served folder: the test page, and the fixture frames under `fixtures/` with an index (the
     /// server lists no directories).
     static func makeSite() throws -> URL {
