@@ -64,6 +64,8 @@ extension BLIPConnection {
         /// Spans for requests sent and handled, and the trace context between peers
         /// (``TracingConfiguration``). Off by default.
         public var tracing = TracingConfiguration()
+        /// A budget shared with other connections (a server's), on top of ``incomingBufferBudget``.
+        package var sharedBudget: SharedBufferBudget?
 
         public init() {}
 

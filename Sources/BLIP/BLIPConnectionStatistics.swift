@@ -20,6 +20,9 @@ public struct BLIPConnectionStatistics: Hashable, Sendable {
     public var readPausesForBacklog = 0
     /// Times reading paused because replies piled up for a peer that was not reading them.
     public var readPausesForUnreadReplies = 0
+    /// Times reading paused because a budget shared with other connections (a server's) was exceeded and
+    /// this connection held more than its share.
+    public var readPausesForSharedBudget = 0
     /// Requests answered ERR BLIP/503 because the connection was full and could not pause reading.
     public var requestsRefusedBusy = 0
     /// Requests answered ERR BLIP/503 because they arrived during a graceful close.

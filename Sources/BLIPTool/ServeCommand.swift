@@ -38,6 +38,13 @@ struct ServeCommand: AsyncParsableCommand {
     var maxIncomingMessageSize = BLIPConnection.Configuration().maximumIncomingMessageSize
     @Option(help: "Bytes a client may make one connection hold before it is held back (the hard limit is twice this).")
     var incomingBufferBudget = BLIPConnection.Configuration().incomingBufferBudget
+    @Option(
+        help: ArgumentHelp(
+            "What all connections together may make the server hold: bytes, a percentage of physical memory (25%), or unlimited. Past it, the connections holding the most are slowed first and new upgrades get 503.",
+            valueName: "bytes|percent|unlimited"
+        )
+    )
+    var serverBufferBudget = "25%"
     @Option(help: "Refuse connections beyond this many open at once (default: no limit).") var maxConnections: Int?
     @Option(help: "Close connections not upgraded to WebSocket within this many seconds.")
     var handshakeTimeout = 10.0
@@ -103,6 +110,11 @@ struct ServeCommand: AsyncParsableCommand {
             throw ValidationError("--static-remote needs --static")
         }
         if let limit = self.maxConnections, limit < 1 { throw ValidationError("--max-connections is at least 1") }
+        if Self.serverBufferBudget(self.serverBufferBudget) == nil {
+            throw ValidationError(
+                "--server-buffer-budget is a number of bytes, a percentage such as 25%, or unlimited; not '\(self.serverBufferBudget)'"
+            )
+        }
         if !(self.drainTimeout >= 0 && self.drainTimeout <= 86_400) {
             throw ValidationError("--drain-timeout is 0 to 86 400 seconds")
         }
@@ -130,6 +142,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.connection.unhandledRequests = .deliver
         configuration.connection.maximumIncomingMessageSize = self.maxIncomingMessageSize
         configuration.connection.incomingBufferBudget = self.incomingBufferBudget
+        configuration.serverBufferBudget = Self.serverBufferBudget(self.serverBufferBudget) ?? .unlimited
         configuration.connection.incomingBufferHardLimit = 2 * self.incomingBufferBudget
         if self.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
         configuration.connection.compressionLevel = self.compressionLevel
@@ -209,6 +222,17 @@ struct ServeCommand: AsyncParsableCommand {
         )
         try await group.run()
         logger.info("stopped")
+    }
+
+    /// `--server-buffer-budget`: bytes (> 0), a percentage of physical memory (0-100%), or `unlimited`.
+    static func serverBufferBudget(_ text: String) -> ServerBufferBudget? {
+        if text == "unlimited" { return .unlimited }
+        if text.hasSuffix("%") {
+            guard let percent = Double(text.dropLast()), percent > 0, percent <= 100 else { return nil }
+            return .fractionOfPhysicalMemory(percent / 100)
+        }
+        guard let bytes = Int(text), bytes > 0 else { return nil }
+        return .bytes(bytes)
     }
 
     /// The server with the tool's per-connection logging, as the one service of its group.

@@ -78,6 +78,12 @@ public final class BLIPWebSocketServer: Sendable {
         /// whole origin, one with a port against the origin's host and port, any other against its host;
         /// `*` matches any run of characters (`*.example.com` does not match `example.com`).
         public var allowedOrigins: [String] = []
+        /// What the peers of all connections together may make the server hold (each connection also has
+        /// its own `connection.incomingBufferBudget`). Past it, the connections holding the most are slowed
+        /// first (each connection's budget becomes at most its even share: ACKs withheld, reading paused,
+        /// new requests refused with ERR BLIP/503), and new upgrades get 503 with `Retry-After`, so that the
+        /// server holds at most about this much plus a frame per connection.
+        public var serverBufferBudget = ServerBufferBudget.fractionOfPhysicalMemory(0.25)
 
         public init() {}
     }
@@ -197,7 +203,13 @@ public final class BLIPWebSocketServer: Sendable {
     ) async throws -> BLIPWebSocketServer {
         let tlsContext = try configuration.tls.map(Self.makeTLSContext)
         let accepted = AsyncStream.makeStream(of: AcceptedConnection.self)
-        let policy = UpgradePolicy(configuration: configuration)
+        let sharedBudget = configuration.serverBufferBudget.bytes.map { SharedBufferBudget(limit: $0) }
+        let configuration = {
+            var configuration = configuration
+            configuration.connection.sharedBudget = sharedBudget
+            return configuration
+        }()
+        let policy = UpgradePolicy(configuration: configuration, sharedBudget: sharedBudget)
         let staticFiles = try configuration.staticFiles.map { try StaticFileResponder($0) }
         let captureCounter = CaptureCounter()
         let rawChannels = RawChannels()
@@ -501,8 +513,11 @@ struct UpgradePolicy: Sendable {
     /// Which browsers' pages may connect; with web pages served, the stricter rule of a local bridge.
     let origins: OriginRule
     let browserOrigins: BrowserOriginRule?
+    /// While it is exceeded, new upgrades get 503.
+    let sharedBudget: SharedBufferBudget?
 
-    init(configuration: BLIPWebSocketServer.Configuration) {
+    init(configuration: BLIPWebSocketServer.Configuration, sharedBudget: SharedBufferBudget? = nil) {
+        self.sharedBudget = sharedBudget
         self.origins = OriginRule(allowedOrigins: configuration.allowedOrigins)
         self.browserOrigins = configuration.staticFiles.map {
             BrowserOriginRule($0, allowedOrigins: configuration.allowedOrigins)
@@ -524,6 +539,9 @@ struct UpgradePolicy: Sendable {
             self.browserOrigins?.allowsUpgrade(origin: origin, host: host)
             ?? self.origins.allows(origin: origin, host: host)
         guard allowed else { return .refuse(.forbidden, "pages from this origin may not connect") }
+        if let sharedBudget, sharedBudget.isExceeded {
+            return .refuse(.serviceUnavailable, "the server is holding all the data it may; try again shortly")
+        }
         let offered = BLIPSubprotocol.parseOffers(head.headers["Sec-WebSocket-Protocol"])
         switch self.rawEndpoint {
         case .always: return .raw(subprotocol: offered.first)
@@ -592,6 +610,7 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
             } else if isUpgrade, case .refuse(let refusal, let message) = self.policy.decide(head) {
                 status = refusal
                 text = message + "\n"
+                if refusal == .serviceUnavailable { headers.add(name: "Retry-After", value: "1") }
             } else {
                 headers.add(name: "Sec-WebSocket-Version", value: "13")
             }

@@ -27,6 +27,39 @@ extension ConnectionCore {
         return size + message.body.readableBytes
     }
 
+    /// The budget now: the configured one, or while a shared budget is exceeded, at most this connection's
+    /// share of it.
+    var budget: Int {
+        let own = self.configuration.incomingBufferBudget
+        guard let shared = self.configuration.sharedBudget, shared.isExceeded else { return own }
+        return min(own, shared.share)
+    }
+
+    /// While the shared budget is exceeded, a connection holding more than its share stops reading, even
+    /// where that holds its own handlers up (the other connections are what it protects); it is told when
+    /// the total is back within the limit, and then goes on by the usual rules.
+    private func updateSharedBudgetPause(_ shared: SharedBufferBudget, _ state: inout State, effects: inout Effects) {
+        let pause = shared.isExceeded && self.bufferedBytes(state) > shared.share
+        guard pause != state.pausedForSharedBudget else { return }
+        state.pausedForSharedBudget = pause
+        guard pause else { return }
+        state.statistics.readPausesForSharedBudget += 1
+        let id = ObjectIdentifier(self)
+        // Held until woken or closed (closing stops the wait), so a paused connection is never forgotten.
+        effects.later { shared.wait(id) { self.sharedBudgetHasRoom() } }
+    }
+
+    /// The shared budget is back within its limit: withheld ACKs and paused reading are decided again.
+    func sharedBudgetHasRoom() {
+        var effects = Effects()
+        self.state.withLockedValue { state in
+            guard !state.isClosed else { return }
+            self.relieveWithheld(&state, effects: &effects)
+            self.updateReading(&state, effects: &effects)
+        }
+        self.perform(&effects)
+    }
+
     /// The largest body read whole: the message limit, but never more than the budget can hold.
     var wholeBodyLimit: Int {
         min(self.configuration.maximumIncomingMessageSize, self.configuration.incomingBufferBudget)
@@ -40,6 +73,7 @@ extension ConnectionCore {
     /// limit (it is failing).
     func charge(_ bytes: Int, _ state: inout State, effects: inout Effects) -> Bool {
         state.buffered += bytes
+        self.configuration.sharedBudget?.add(bytes)
         let total = self.bufferedBytes(state)
         if total > state.statistics.peakBufferedIncomingBytes { state.statistics.peakBufferedIncomingBytes = total }
         return self.checkHardLimit(&state, effects: &effects)
@@ -61,6 +95,10 @@ extension ConnectionCore {
     func release(_ bytes: Int, _ state: inout State, effects: inout Effects) {
         guard !state.isClosed, bytes > 0 else { return }
         state.buffered -= bytes
+        if let shared = self.configuration.sharedBudget {
+            shared.subtract(bytes)
+            effects.later { shared.wakeIfRoom() }
+        }
         self.relieveWithheld(&state, effects: &effects)
         self.updateReading(&state, effects: &effects)
     }
@@ -75,7 +113,7 @@ extension ConnectionCore {
         effects: inout Effects
     ) {
         guard bytes > 0 else { return }
-        if state.exempt == id || self.bufferedBytes(state) <= self.configuration.incomingBufferBudget {
+        if state.exempt == id || self.bufferedBytes(state) <= self.budget {
             Self.consumed(id, bytes: bytes, &state, effects: &effects)
             return
         }
@@ -112,7 +150,7 @@ extension ConnectionCore {
     /// within it, so that the earliest request (up to the whole budget) still finishes under the hard limit
     /// (twice the budget by default).
     func waitingRoomIsFull(_ state: State) -> Bool {
-        let budget = self.configuration.incomingBufferBudget
+        let budget = self.budget
         return self.bufferedBytes(state) > budget - min(budget / 4, 64 << 10)
     }
 
@@ -165,7 +203,7 @@ extension ConnectionCore {
     /// withheld message is let through.
     func relieveWithheld(_ state: inout State, effects: inout Effects) {
         guard !state.withheld.isEmpty else { return }
-        if self.bufferedBytes(state) <= self.configuration.incomingBufferBudget {
+        if self.bufferedBytes(state) <= self.budget {
             for id in state.withheld { self.releaseWithheld(id, &state, effects: &effects) }
             state.withheld.removeAll()
         } else if self.mustLetOneThrough(state) {
@@ -209,14 +247,14 @@ extension ConnectionCore {
     /// arriving, which only reading lets finish.
     func mustRefuseRequests(_ number: UInt64, _ state: State) -> Bool {
         if self.orderWouldHold(number, state) { return self.waitingRoomIsFull(state) }
-        return self.bufferedBytes(state) > self.configuration.incomingBufferBudget && !self.mayPauseReading(state)
+        return self.bufferedBytes(state) > self.budget && !self.mayPauseReading(state)
     }
 
     /// Pauses reading while handlers or the incoming-request buffer are behind, if that is safe; resumes it
     /// once they have caught up (below half their limits), or at once when something starts waiting for
     /// the peer.
     func updateReading(_ state: inout State, effects: inout Effects) {
-        let budget = self.configuration.incomingBufferBudget
+        let budget = self.budget
         let total = self.bufferedBytes(state)
         // What handlers, queues and readers hold goes away without reading more; whole messages still
         // arriving, and requests waiting in serial order for one of them, do not: pausing for them alone
@@ -263,7 +301,10 @@ extension ConnectionCore {
     }
 
     private func applyReading(_ state: inout State, effects: inout Effects) {
-        let paused = state.pausedForBacklog || state.pausedForReplies
+        if let shared = self.configuration.sharedBudget {
+            self.updateSharedBudgetPause(shared, &state, effects: &effects)
+        }
+        let paused = state.pausedForBacklog || state.pausedForReplies || state.pausedForSharedBudget
         guard paused != state.readingPaused else { return }
         state.readingPaused = paused
         state.readingVersion &+= 1

@@ -139,6 +139,8 @@ final class ConnectionCore: Sendable {
         var exempt: BLIPIncomingID?
         var pausedForBacklog = false
         var pausedForReplies = false
+        /// Paused while the shared budget is exceeded and this connection holds more than its share.
+        var pausedForSharedBudget = false
         var readingPaused = false
         /// Bumped at each change of `readingPaused` (see ``ConnectionCore/applyReadingToTransport()``).
         var readingVersion = 0
@@ -252,6 +254,7 @@ final class ConnectionCore: Sendable {
         self.requestTracer = RequestTracer(configuration.tracing)
         let engine = BLIPConnectionEngine(configuration: configuration.engineConfiguration(dialect: transport.dialect))
         self.state = NIOLockedValueBox(State(engine: engine))
+        configuration.sharedBudget?.connectionOpened()
         (self.work, self.workContinuation) = AsyncStream.makeStream(of: Job.self)
     }
 
@@ -483,6 +486,12 @@ final class ConnectionCore: Sendable {
         state.tokenOfMessage.removeAll()
         state.withheld.removeAll()
         state.exempt = nil
+        if let shared = self.configuration.sharedBudget {
+            shared.subtract(state.buffered)
+            shared.connectionClosed()
+            shared.stopWaiting(ObjectIdentifier(self))
+            effects.later { shared.wakeIfRoom() }
+        }
         state.buffered = 0
         state.assembling = 0
         effects.counts.failedRequests += failed

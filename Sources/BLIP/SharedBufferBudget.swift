@@ -1,0 +1,60 @@
+internal import NIOConcurrencyHelpers
+internal import Synchronization
+
+/// A budget for what the peers of many connections (a server's) make them hold together.
+///
+/// Each connection bounds what its own peer can make it hold (``BLIPConnection/Configuration/incomingBufferBudget``),
+/// but not the sum over connections: a thousand peers each within its budget could take gigabytes. Sharing
+/// one of these, the connections count their buffered bytes here too; past ``limit`` each connection's
+/// budget becomes at most its even share of the limit, so those holding the most are slowed first (ACKs
+/// withheld, reading paused even where it would hold their own handlers up, new requests refused), while a
+/// connection holding little goes on as before. A connection paused for the shared budget resumes when the
+/// total is back within it.
+package final class SharedBufferBudget: Sendable {
+    package let limit: Int
+    private let total = Atomic<Int>(0)
+    private let connections = Atomic<Int>(0)
+    /// Connections paused for this budget, to be told when there is room again.
+    private let waiting = NIOLockedValueBox<[ObjectIdentifier: @Sendable () -> Void]>([:])
+    private let hasWaiters = Atomic<Bool>(false)
+
+    package init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Bytes held by every connection together.
+    package var bytes: Int { self.total.load(ordering: .relaxed) }
+    package var openConnections: Int { self.connections.load(ordering: .relaxed) }
+    package var isExceeded: Bool { self.bytes > self.limit }
+    /// A connection's budget while the total is past the limit: the limit shared evenly.
+    package var share: Int { self.limit / max(1, self.openConnections) }
+
+    func connectionOpened() { self.connections.add(1, ordering: .relaxed) }
+    func connectionClosed() { self.connections.subtract(1, ordering: .relaxed) }
+    func add(_ bytes: Int) { self.total.add(bytes, ordering: .relaxed) }
+    func subtract(_ bytes: Int) { self.total.subtract(bytes, ordering: .relaxed) }
+
+    /// `wake` is called (once, after any lock) when the total is back within the limit.
+    func wait(_ id: ObjectIdentifier, wake: @escaping @Sendable () -> Void) {
+        self.waiting.withLockedValue { $0[id] = wake }
+        self.hasWaiters.store(true, ordering: .relaxed)
+        self.wakeIfRoom()  // the room may have come back in between
+    }
+
+    func stopWaiting(_ id: ObjectIdentifier) {
+        self.waiting.withLockedValue { $0[id] = nil }
+    }
+
+    /// Tells the waiting connections, if the total is within the limit. Called with no lock held.
+    func wakeIfRoom() {
+        guard self.hasWaiters.load(ordering: .relaxed), !self.isExceeded else { return }
+        let wakes = self.waiting.withLockedValue { waiting -> [@Sendable () -> Void] in
+            defer {
+                waiting.removeAll()
+                self.hasWaiters.store(false, ordering: .relaxed)
+            }
+            return Array(waiting.values)
+        }
+        for wake in wakes { wake() }
+    }
+}
