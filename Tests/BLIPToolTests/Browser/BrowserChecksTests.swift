@@ -164,8 +164,11 @@ struct BrowserChecksTests {
                   result.usedToken = await attempt({ sessionToken: 'tok-1' });
                   result.noToken = await attempt({});
                   result.unknownToken = await attempt({ sessionToken: 'nope' });
-                  // A keepalive PING after 150 ms of silence, answered: the connection stays open.
-                  const c = await BLIPConnection.connect(url, { sessionToken: 'tok-2', keepAliveInterval: 150 });
+                  // A keepalive PING after 150 ms of silence, answered (within 10 s, however busy the machine
+                  // is): the connection stays open.
+                  const c = await BLIPConnection.connect(url, {
+                    sessionToken: 'tok-2', keepAliveInterval: 150, keepAliveTimeout: 10000,
+                  });
                   await new Promise((resolve) => setTimeout(resolve, 700));
                   result.keepAlive = `${c.state} pings ${c.statistics.keepAlivePings || 0}`;
                   await c.close();
