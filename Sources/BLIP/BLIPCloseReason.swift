@@ -23,6 +23,10 @@ public struct BLIPCloseCode: RawRepresentable, Hashable, Sendable, ExpressibleBy
     public static let messageTooBig: BLIPCloseCode = 1009
     /// This side failed (a bug, or a streamed body that could not be finished): not the peer's fault.
     public static let internalError: BLIPCloseCode = 1011
+    /// The server is restarting: connect again (IANA's registry, after RFC 6455).
+    public static let serviceRestart: BLIPCloseCode = 1012
+    /// The server is overloaded for now: connect again later (IANA's registry).
+    public static let tryAgainLater: BLIPCloseCode = 1013
 
     /// Whether the code ends a connection without an error (1000, 1001).
     public var isNormal: Bool { self == .normalClosure || self == .goingAway }

@@ -44,8 +44,9 @@ public struct BLIPCloseStatus: Sendable, CustomStringConvertible {
 
     /// Whether connecting again may succeed, for a retry policy: not after a protocol error, a refused
     /// message kind or a policy violation (the same bytes would fail again), but after a normal close, a
-    /// server going away, an internal error, a network failure, or an application code (4000-4999, whose
-    /// meaning only the application knows: it decides).
+    /// server going away (1001) or restarting (1012), an internal error (1011), "try again later" (1013),
+    /// a network failure (1006), or an application code (4000-4999, whose meaning only the application
+    /// knows: it decides).
     public var isTransient: Bool {
         switch self.code {
         case .protocolError, .unsupportedData, .invalidPayload, .policyViolation, .messageTooBig: false
@@ -66,10 +67,11 @@ extension BLIPCloseCode {
     /// vanished. Reported, never sent.
     public static let abnormalClosure: BLIPCloseCode = 1006
 
-    /// Whether an application may close a connection with this code: 1000, 1001, 1003, 1007-1011 and the
-    /// registered and private ranges 3000-4999 (RFC 6455 7.4). 1005, 1006 and 1015 are never sent.
+    /// Whether an application may close a connection with this code: 1000-1003 and 1007-1011 (RFC 6455
+    /// 7.4), 1012-1014 (registered with IANA since: service restart, try again later, bad gateway) and the
+    /// registered and private ranges 3000-4999. 1005, 1006 and 1015 are never sent.
     public var isSendable: Bool {
-        (1000...1003).contains(self.rawValue) || (1007...1011).contains(self.rawValue)
+        (1000...1003).contains(self.rawValue) || (1007...1014).contains(self.rawValue)
             || (3000...4999).contains(self.rawValue)
     }
 }

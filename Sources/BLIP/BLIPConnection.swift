@@ -83,6 +83,13 @@ public struct BLIPConnection: Sendable, Hashable {
         await self.core.run()
     }
 
+    /// Waits until the connection has closed (however that happens) and says how it ended. Returns at once
+    /// if it has closed already.
+    @discardableResult
+    public func closed() async -> BLIPCloseStatus {
+        await self.core.closed()
+    }
+
     /// Closes the connection with `code` and `reason` and waits until it is closed; everything still
     /// pending fails with ``BLIPConnectionError/Code/connectionClosed``, carrying the returned status.
     /// Returns the earlier status if the connection had closed already.

@@ -1,7 +1,9 @@
+public import BLIP
+
 /// The server answered the WebSocket upgrade request, but not with a usable WebSocket: what it said (status,
 /// headers, the start of the body) and a ``Kind`` that a retry policy can switch on. Failures to reach the
 /// server at all (TCP, TLS) are `BLIPConnectionError` with code `transportFailed`.
-public struct BLIPHandshakeError: Error, Sendable, CustomStringConvertible {
+public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringConvertible {
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
         private enum Base: Hashable, Sendable {
             case unauthorized, forbidden, notFound, subprotocolRefused, redirect, tooManyRedirects, redirectLoop

@@ -1,7 +1,9 @@
+public import BLIP
+
 /// The proxy did not open the way to the server: it could not be reached, refused (with its status), closed,
 /// or took too long. A ``Kind`` that a retry policy can switch on; what the server itself answers is a
 /// ``BLIPHandshakeError`` as without a proxy.
-public struct BLIPProxyError: Error, Sendable, CustomStringConvertible {
+public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvertible {
     public struct Kind: Hashable, Sendable, CustomStringConvertible {
         private enum Base: Hashable, Sendable {
             case unreachable, authenticationRequired, refused, closed, timedOut, invalidResponse

@@ -546,10 +546,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.sink?.closed(status)
     }
 
-    /// Close codes a peer may send (RFC 6455 7.4): 1000-1003, 1007-1011 and 3000-4999.
+    /// Close codes a peer may send: 1000-1003 and 1007-1011 (RFC 6455 7.4), 1012-1014 (registered with
+    /// IANA since: service restart, try again later, bad gateway) and 3000-4999.
     static func isValidCloseCode(_ code: WebSocketErrorCode) -> Bool {
-        let number = UInt16(webSocketErrorCode: code)
-        return (1000...1003).contains(number) || (1007...1011).contains(number) || (3000...4999).contains(number)
+        BLIPCloseCode(rawValue: UInt16(webSocketErrorCode: code)).isSendable
     }
 
     // MARK: - Heartbeat

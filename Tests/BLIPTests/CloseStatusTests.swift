@@ -136,7 +136,9 @@ struct CloseStatusTests {
 
     @Test("which codes an application may send")
     func sendableCodes() {
-        for code: BLIPCloseCode in [1000, 1001, 1003, 1008, 1011, 3000, 4000, 4999] { #expect(code.isSendable) }
+        for code: BLIPCloseCode in [1000, 1001, 1003, 1008, 1011, 1012, 1013, 1014, 3000, 4000, 4999] {
+            #expect(code.isSendable)
+        }
         for code: BLIPCloseCode in [0, 999, 1004, 1005, 1006, 1015, 2999, 5000] { #expect(!code.isSendable) }
     }
 }
