@@ -92,7 +92,12 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var awaitingPong = false
     /// The connection paused reading: a pong may be waiting unread.
     private var readingPaused = false
-    private var heartbeat: RepeatedTask?
+    /// When the last read batch ended: anything received shows the peer alive, so the heartbeat pings only
+    /// after ``Settings/heartbeatInterval`` of silence (as LiteCore does). Read once per batch.
+    private var lastReceived = NIODeadline.now()
+    /// When the ping that awaits its pong was sent.
+    private var pingSent = NIODeadline.distantPast
+    private var heartbeat: Scheduled<Void>?
     private var pongDeadline: Scheduled<Void>?
     private var closeDeadline: Scheduled<Void>?
     private var maskRandom = MaskKeyGenerator()
@@ -373,6 +378,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
+        if self.heartbeat != nil { self.lastReceived = .now() }
         // Replies and ACKs that the reads produced (since the batch's last early write) go out in one
         // flush, after the tasks the reads woke (handlers answering, callers about to send) have run.
         self.untilEarlyWrite = Self.firstEarlyWrite
@@ -556,15 +562,34 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     private func startHeartbeat(context: ChannelHandlerContext) {
         guard let interval = self.settings.heartbeatInterval, interval > .zero, self.heartbeat == nil else { return }
+        self.lastReceived = .now()
+        self.scheduleHeartbeat(at: self.lastReceived + interval, context: context)
+    }
+
+    /// Checks for silence at `deadline`: one timer per connection, set again to when the silence would
+    /// reach the interval, so that a dead peer is found within the interval and the pong timeout.
+    private func scheduleHeartbeat(at deadline: NIODeadline, context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        self.heartbeat = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) { _ in
-            loopBound.value.sendPing()
+        self.heartbeat = context.eventLoop.scheduleTask(deadline: deadline) { loopBound.value.heartbeatDue() }
+    }
+
+    private func heartbeatDue() {
+        guard let context, let interval = self.settings.heartbeatInterval, !self.sentClose, !self.receivedClose else {
+            return
+        }
+        let now = NIODeadline.now()
+        if !self.awaitingPong && now - self.lastReceived >= interval {
+            self.sendPing()
+            self.scheduleHeartbeat(at: now + interval, context: context)
+        } else {
+            self.scheduleHeartbeat(at: max(self.lastReceived, now) + interval, context: context)
         }
     }
 
     private func sendPing() {
         guard let context, !self.sentClose, !self.receivedClose, !self.awaitingPong else { return }
         self.awaitingPong = true
+        self.pingSent = .now()
         self.write(.ping, context.channel.allocator.buffer(string: "blip"), context: context)
         context.flush()
         let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
@@ -575,6 +600,12 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     private func heartbeatTimedOut() {
         guard self.awaitingPong, let context else { return }
+        if self.lastReceived > self.pingSent {
+            // No pong yet, but the peer has sent something since the ping: it is alive.
+            self.awaitingPong = false
+            self.pongDeadline = nil
+            return
+        }
         if self.readingPaused && context.channel.isWritable {
             // Our ping went out, and the pong may be waiting behind what we are not reading yet (handlers
             // are behind): that is no sign of a dead peer. Look again after another timeout.

@@ -84,6 +84,14 @@ public final class BLIPWebSocketServer: Sendable {
         /// new requests refused with ERR BLIP/503), and new upgrades get 503 with `Retry-After`, so that the
         /// server holds at most about this much plus a frame per connection.
         public var serverBufferBudget = ServerBufferBudget.fractionOfPhysicalMemory(0.25)
+        /// Closes a connection that has sent and received no BLIP frame for this long (WebSocket pings do not
+        /// count), gracefully with 1001, within one to two idle timeouts: what load balancers and proxies that
+        /// drop idle connections silently need instead. nil keeps idle connections.
+        public var idleTimeout: Duration?
+        /// Closes every connection this long after its upgrade, gracefully with 1001 (what is in flight
+        /// finishes, up to the shutdown drain timeout), so that clients reconnect and spread over the servers
+        /// behind a load balancer, new ones included. nil keeps connections as long as they last.
+        public var maximumConnectionAge: Duration?
 
         public init() {}
     }
@@ -302,7 +310,16 @@ public final class BLIPWebSocketServer: Sendable {
                     { @Sendable (_: BLIPConnection) async throws in try await onConnection(accepted) }
                 }
                 group.addTask {
-                    await connection.run(scope: scope)
+                    await withTaskGroup(of: Void.self) { timers in
+                        if let age = self.configuration.maximumConnectionAge {
+                            timers.addTask { await self.close(connection, after: age) }
+                        }
+                        if let idle = self.configuration.idleTimeout {
+                            timers.addTask { await self.closeWhenIdle(connection, idleTimeout: idle) }
+                        }
+                        await connection.run(scope: scope)
+                        timers.cancelAll()
+                    }
                     _ = self.connections.withLockedValue { $0.open.remove(connection) }
                 }
                 if let stopping { group.addTask { await stopping.close(connection) } }
@@ -348,6 +365,29 @@ public final class BLIPWebSocketServer: Sendable {
         // Wait for every connection's socket to close (and its capture to be written).
         for channel in self.rawChannels.all {
             try? await channel.closeFuture.get()
+        }
+    }
+
+    /// The drain timeout of closes the server decides itself (age, idleness, graceful shutdown).
+    private var drainTimeout: Duration { .nanoseconds(self.configuration.shutdownDrainTimeout.nanoseconds) }
+
+    private func close(_ connection: BLIPConnection, after age: Duration) async {
+        guard (try? await Task.sleep(for: age)) != nil else { return }
+        await connection.closeGracefully(drainTimeout: self.drainTimeout, reason: "maximum connection age")
+    }
+
+    /// Closes `connection` once a whole idle timeout has gone by with no BLIP frame either way.
+    private func closeWhenIdle(_ connection: BLIPConnection, idleTimeout: Duration) async {
+        var frames = -1
+        while !connection.isClosed {
+            let statistics = connection.statistics
+            let now = statistics.framesReceived + statistics.framesSent
+            if now == frames {
+                await connection.closeGracefully(drainTimeout: self.drainTimeout, reason: "idle")
+                return
+            }
+            frames = now
+            guard (try? await Task.sleep(for: idleTimeout)) != nil else { return }
         }
     }
 
