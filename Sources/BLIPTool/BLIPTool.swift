@@ -37,8 +37,8 @@ struct BLIPTool: AsyncParsableCommand {
         commandName: "blip",
         abstract: "BLIP over WebSocket: serve, request, benchmark, decode frames, or watch a demo.",
         subcommands: [
-            DemoCommand.self, ServeCommand.self, RequestCommand.self, BenchCommand.self, DecodeCommand.self,
-            ProxyCommand.self,
+            DemoCommand.self, ServeCommand.self, RequestCommand.self, SessionCommand.self, BenchCommand.self,
+            DecodeCommand.self, ProxyCommand.self,
             AutobahnClientCommand.self,
         ]
     )

@@ -181,10 +181,13 @@ public final class BLIPSession: Sendable {
         precondition(!alreadyRunning, "a BLIPSession runs once")
         var client = self.configuration.client
         var failures = 0
+        /// Attempts since the last connection that was established (the state's attempt number).
+        var attempts = 0
         var refreshed = false
         var generator = SystemRandomNumberGenerator()
         while !self.stopRequested {
-            self.publish(.connecting(attempt: failures + 1))
+            attempts += 1
+            self.publish(.connecting(attempt: attempts))
             let established = self.connectionCount
             do {
                 try await self.connectOnce(client, established: work)
@@ -197,6 +200,7 @@ public final class BLIPSession: Sendable {
                 if self.connectionCount > established {
                     // It was established: the failures before it no longer count.
                     failures = 0
+                    attempts = 0
                     refreshed = false
                 }
                 if let refusal = error as? BLIPHandshakeError, refusal.kind == .unauthorized, !refreshed,
