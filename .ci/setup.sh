@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks to build and test swift-blip: the system zlib headers and
 # pkg-config (CBLIPZlib links the system zlib), python3 (the reference decoder used by the tests) and
-# tinyproxy and microsocks (the real HTTP and SOCKS5 proxies the proxy tests go through). Headless
+# tinyproxy and microsocks (the real HTTP and SOCKS5 proxies the proxy tests go through), iproute2 and nftables
+# (the faulty links between network namespaces). Headless
 # Chromium and its WebDriver (chromium, chromium-driver) run the browser client's tests; where they cannot
 # be installed those tests are skipped, and say why in the test output.
 set -euo pipefail
@@ -12,6 +13,9 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 [ -x /usr/bin/tinyproxy ] || missing+=(tinyproxy)
 [ -x /usr/bin/microsocks ] || missing+=(microsocks)
+# Network namespaces joined by veth pairs, with nftables rules, for the faulty-link tests (run as root).
+[ -x /usr/sbin/ip ] || missing+=(iproute2)
+[ -x /usr/sbin/nft ] || missing+=(nftables)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     sudo_cmd=()

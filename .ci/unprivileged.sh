@@ -19,7 +19,11 @@ id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
 # The user must reach the checkout (read-only is enough: it writes only under its own temporary folder).
 # Every folder above it gets the search permission it lacks, and loses it again at the end.
 opened=()
-restore() { for dir in "${opened[@]}"; do chmod o-x "$dir"; done; }
+# On the way out, whatever happened: the folders' permissions as they were, and no process of the user's left.
+restore() {
+    for dir in "${opened[@]}"; do chmod o-x "$dir"; done
+    pkill -KILL -u "$user" 2>/dev/null || true
+}
 trap restore EXIT
 dir=$repo
 while [ "$dir" != / ]; do
@@ -48,7 +52,8 @@ as_user "$bin/blip" demo
 echo "== as $user: blip serve, request, bench, proxy"
 as_user "$bin/blip" serve --port 0 >"$work/serve.log" 2>&1 &
 serve=$!
-stop_serve() { kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; }
+# runuser does not pass a signal on to its command: the user's processes are ended by user.
+stop_serve() { pkill -TERM -u "$user" -f "blip serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; }
 url=
 for _ in $(seq 1 200); do
     url=$(grep -o 'ws://127.0.0.1:[0-9]*/' "$work/serve.log" | head -n 1 || true)
@@ -80,7 +85,7 @@ if [ -z "$proxy_url" ]; then
 else
     as_user "$bin/blip" request "$proxy_url/" --profile echo --body "through the proxy" || status=$?
 fi
-kill "$proxy" 2>/dev/null || true
+pkill -TERM -u "$user" -f "blip proxy" 2>/dev/null || true
 wait "$proxy" 2>/dev/null || true
 stop_serve
 [ "$status" -eq 0 ] || exit "$status"

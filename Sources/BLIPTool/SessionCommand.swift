@@ -22,11 +22,20 @@ struct SessionCommand: AsyncParsableCommand {
     @Argument(help: "ws:// or wss:// URL.") var url: String
     @Option(help: "Requests to send, then stop (default: until interrupted).") var count: Int?
     @Option(help: "Milliseconds between requests.") var interval = 100
+    @Option(
+        help: """
+            Instead of one request per interval, send --count requests back to back with this many in flight             (in order), going on over the next connection when one ends.
+            """
+    )
+    var inFlight: Int?
+    @Option(help: "After the requests, send one message of this many bytes to `sink`, again until it gets through.")
+    var bulk: Int?
     @Option(help: "Seconds a request may wait for its reply; then it fails as transient.") var timeout = 10.0
     @Option(help: "Body bytes of each echo request.") var size = 100
     @Option(help: "Longest wait between attempts, in milliseconds (the backoff doubles from 100 ms up to it).")
     var maxDelay = 5_000
     @Option(help: "Seconds between keepalive pings when nothing is received (0: none).") var heartbeat = 5.0
+    @Option(help: "Seconds a connection attempt (TCP, TLS and the handshake) may take.") var connectTimeout = 10.0
     @Option(name: .customLong("subprotocol"), help: "Subprotocol to offer (repeatable, preferred first).")
     var subprotocols: [String] = []
     @Option(help: "Credentials as USER:PASS, sent as Authorization: Basic.") var user: String?
@@ -42,8 +51,18 @@ struct SessionCommand: AsyncParsableCommand {
         if !(self.heartbeat >= 0 && self.heartbeat <= 86_400) {
             throw ValidationError("--heartbeat takes 0 to 86400 s")
         }
+        if !(self.connectTimeout > 0 && self.connectTimeout <= 86_400) {
+            throw ValidationError("--connect-timeout takes 0 to 86400 s")
+        }
         if BLIPWebSocketURL(self.url) == nil { throw ValidationError("not a ws:// or wss:// URL: \(self.url)") }
         if let user = self.user, !user.contains(":") { throw ValidationError("--user takes USER:PASS") }
+        if let inFlight = self.inFlight {
+            guard (1...1024).contains(inFlight) else { throw ValidationError("--in-flight takes 1 to 1024") }
+            guard self.count != nil else { throw ValidationError("--in-flight needs --count") }
+        }
+        if let bulk = self.bulk, !(1...(1 << 30)).contains(bulk) {
+            throw ValidationError("--bulk takes 1 to 1073741824 bytes")
+        }
     }
 
     func run() async throws {
@@ -55,6 +74,8 @@ struct SessionCommand: AsyncParsableCommand {
         }
         configuration.client.heartbeatInterval = self.heartbeat > 0 ? .nanoseconds(Int64(self.heartbeat * 1e9)) : nil
         configuration.client.heartbeatTimeout = .nanoseconds(Int64(max(self.heartbeat, 1) * 1e9))
+        configuration.client.connectTimeout = .nanoseconds(Int64(self.connectTimeout * 1e9))
+        configuration.client.handshakeTimeout = .nanoseconds(Int64(self.connectTimeout * 1e9))
         self.reach.apply(to: &configuration.client)
         configuration.retry = BLIPRetryPolicy(
             initialDelay: .milliseconds(100),
@@ -82,9 +103,65 @@ struct SessionCommand: AsyncParsableCommand {
         if !summary.succeeded { throw ExitCode(1) }
     }
 
-    /// Sends `count` echo requests (or until cancelled), one per interval, each on the connection of the
-    /// moment; stops the session when done.
+    /// Sends the requests (and the bulk message), then stops the session.
     private func send(over session: BLIPSession, tally: SessionTally) async {
+        if let inFlight = self.inFlight, let count = self.count {
+            await self.sendBackToBack(count, inFlight: inFlight, over: session, tally: tally)
+        } else {
+            await self.sendAtInterval(over: session, tally: tally)
+        }
+        if let bulk = self.bulk { await self.sendBulk(bulk, over: session, tally: tally) }
+        session.stop()
+    }
+
+    /// `count` echo requests with `inFlight` of them waiting at a time, in order, on the connection of the
+    /// moment; when it ends, those it held have failed and the rest go on the next one.
+    private func sendBackToBack(_ count: Int, inFlight: Int, over session: BLIPSession, tally: SessionTally) async {
+        let body = ByteBuffer(repeating: 0x61, count: self.size)
+        var remaining = count
+        while remaining > 0, let connection = await Self.nextConnection(of: session) {
+            let batch = (0..<remaining).lazy.map { _ in BLIPRequest(profile: "echo", body: body) }
+            let timeout = Duration.nanoseconds(Int64(self.timeout * 1e9))
+            for await outcome in connection.sendRequests(batch, maximumInFlight: inFlight, timeout: timeout) {
+                remaining -= 1
+                tally.sent()
+                switch outcome {
+                case .success: tally.replied(after: nil)  // a window in flight: no single round trip
+                case .failure(let error):
+                    tally.failed(transient: (error as? any BLIPClassifiedError)?.isTransient ?? false)
+                }
+                if connection.isClosed { break }  // the rest go on the next connection
+            }
+        }
+    }
+
+    /// One message of `size` bytes to `sink`, sent again after each transient failure until it gets through.
+    private func sendBulk(_ size: Int, over session: BLIPSession, tally: SessionTally) async {
+        let body = ByteBuffer(repeating: 0x62, count: size)
+        while let connection = await Self.nextConnection(of: session) {
+            tally.bulkAttempt()
+            do {
+                _ = try await connection.sendRequest(BLIPRequest(profile: "sink", body: body))
+                tally.bulkDone()
+                return
+            } catch {
+                guard (error as? any BLIPClassifiedError)?.isTransient ?? false else { return }
+            }
+        }
+    }
+
+    /// The session's connection once there is one; nil once the session has stopped (or the task is cancelled).
+    static func nextConnection(of session: BLIPSession) async -> BLIPConnection? {
+        while !Task.isCancelled {
+            if let connection = session.connection, !connection.isClosed { return connection }
+            if case .stopped = session.state { return nil }
+            guard (try? await Task.sleep(for: .milliseconds(10))) != nil else { return nil }
+        }
+        return nil
+    }
+
+    /// `count` echo requests (or until cancelled), one per interval, each on the connection of the moment.
+    private func sendAtInterval(over session: BLIPSession, tally: SessionTally) async {
         let body = ByteBuffer(repeating: 0x61, count: self.size)
         var sent = 0
         var outcomes: [Task<Void, Never>] = []
@@ -110,7 +187,6 @@ struct SessionCommand: AsyncParsableCommand {
             )
         }
         for outcome in outcomes { await outcome.value }
-        session.stop()
     }
 
     private func printStates(of session: BLIPSession, tally: SessionTally) async {
@@ -181,15 +257,17 @@ final class SessionTally: Sendable {
         var roundTrips: [Duration] = []
         var disconnectedAt: ContinuousClock.Instant?
         var longestGap = Duration.zero
+        var bulkAttempts = 0
+        var bulkDone = false
     }
 
     private let state = NIOLockedValueBox(State())
 
     func sent() { self.state.withLockedValue { $0.sent += 1 } }
-    func replied(after roundTrip: Duration) {
+    func replied(after roundTrip: Duration?) {
         self.state.withLockedValue {
             $0.replied += 1
-            $0.roundTrips.append(roundTrip)
+            if let roundTrip { $0.roundTrips.append(roundTrip) }
         }
     }
     func failed(transient: Bool) {
@@ -204,6 +282,8 @@ final class SessionTally: Sendable {
         }
     }
     func disconnected() { self.state.withLockedValue { $0.disconnectedAt = .now } }
+    func bulkAttempt() { self.state.withLockedValue { $0.bulkAttempts += 1 } }
+    func bulkDone() { self.state.withLockedValue { $0.bulkDone = true } }
 
     struct Summary {
         var fields: [String: Any]
@@ -222,13 +302,20 @@ final class SessionTally: Sendable {
                 Int(duration.components.seconds * 1_000 + duration.components.attoseconds / 1_000_000_000_000_000)
             }
             let unresolved = state.sent - state.replied - state.failedTransient - state.failedPermanent
-            let fields: [String: Any] = [
+            var fields: [String: Any] = [
+                "bulk_attempts": state.bulkAttempts, "bulk_done": state.bulkDone,
                 "requests": state.sent, "replied": state.replied, "failed_transient": state.failedTransient,
                 "failed_permanent": state.failedPermanent, "unresolved": unresolved,
                 "reconnects": max(0, connections - 1), "max_gap_ms": ms(state.longestGap),
                 "rtt_p50_ms": percentile(0.5), "rtt_p99_ms": percentile(0.99), "ending": "\(ending)",
             ]
-            let succeeded = state.failedPermanent == 0 && unresolved == 0 && ending.error == nil
+            if state.bulkAttempts == 0 {
+                fields["bulk_attempts"] = nil
+                fields["bulk_done"] = nil
+            }
+            let succeeded =
+                state.failedPermanent == 0 && unresolved == 0 && ending.error == nil
+                && (state.bulkAttempts == 0 || state.bulkDone)
             return Summary(fields: fields, succeeded: succeeded)
         }
     }

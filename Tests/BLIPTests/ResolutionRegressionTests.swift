@@ -378,10 +378,3 @@ private final class UncheckedPeer: @unchecked Sendable {
         try self.peer.flush()
     }
 }
-
-/// Runs blocking code on a Dispatch thread, not on one of Swift concurrency's few threads.
-private func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
-    }
-}

@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import BLIPWebSocket
 import Crypto
 import Foundation

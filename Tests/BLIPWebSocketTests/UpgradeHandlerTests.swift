@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import Dispatch
 import Foundation
 import NIOConcurrencyHelpers
@@ -391,14 +392,6 @@ struct UpgradeHandlerTests {
             }
             #expect(calls.withLockedValue { $0 } == 1)
         }
-    }
-}
-
-/// Runs blocking set-up (a child process) on a Dispatch thread: on a two-core machine Swift concurrency has
-/// two threads, and a test blocking them stalls every other suite's tasks.
-func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
     }
 }
 

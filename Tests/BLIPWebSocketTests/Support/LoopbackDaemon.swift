@@ -1,3 +1,4 @@
+import BLIPTestSupport
 import Foundation
 import NIOCore
 import NIOPosix
