@@ -16,6 +16,8 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # Network namespaces joined by veth pairs, with nftables rules, for the faulty-link tests (run as root).
 [ -x /usr/sbin/ip ] || missing+=(iproute2)
 [ -x /usr/sbin/nft ] || missing+=(nftables)
+# HAProxy in front of several blip serve processes, for the rolling-restart test.
+[ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     sudo_cmd=()

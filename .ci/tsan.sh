@@ -15,7 +15,7 @@ volume+='|HostilePeerTests|FileDescriptorLimitTests|BrowserChecksTests'
 # Child processes built with ThreadSanitizer: their memory (the server-wide budget's bound) and timing (the
 # faulty links' keepalive bounds) measure the sanitizer, not the code; the races they could show, the
 # in-process session and budget tests show.
-volume+='|ServerBufferBudgetTests|FaultyLinkTests'
+volume+='|ServerBufferBudgetTests|FaultyLinkTests|RollingRestartTests'
 swift build --build-tests --sanitize=thread --scratch-path .build-tsan
 status=0
 TSAN_OPTIONS="suppressions=$PWD/.ci/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}" \
