@@ -16,7 +16,10 @@ package final class SharedBufferBudget: Sendable {
     private let connections = Atomic<Int>(0)
     /// Connections paused for this budget, to be told when there is room again.
     private let waiting = NIOLockedValueBox<[ObjectIdentifier: @Sendable () -> Void]>([:])
-    private let hasWaiters = Atomic<Bool>(false)
+    private let waiters = Atomic<Bool>(false)
+
+    /// Whether a connection waits for room (one relaxed load: what a release asks before scheduling a wake).
+    package var hasWaiters: Bool { self.waiters.load(ordering: .relaxed) }
 
     package init(limit: Int) {
         self.limit = limit
@@ -37,7 +40,7 @@ package final class SharedBufferBudget: Sendable {
     /// `wake` is called (once, after any lock) when the total is back within the limit.
     func wait(_ id: ObjectIdentifier, wake: @escaping @Sendable () -> Void) {
         self.waiting.withLockedValue { $0[id] = wake }
-        self.hasWaiters.store(true, ordering: .relaxed)
+        self.waiters.store(true, ordering: .relaxed)
         self.wakeIfRoom()  // the room may have come back in between
     }
 
@@ -47,11 +50,11 @@ package final class SharedBufferBudget: Sendable {
 
     /// Tells the waiting connections, if the total is within the limit. Called with no lock held.
     func wakeIfRoom() {
-        guard self.hasWaiters.load(ordering: .relaxed), !self.isExceeded else { return }
+        guard self.hasWaiters, !self.isExceeded else { return }
         let wakes = self.waiting.withLockedValue { waiting -> [@Sendable () -> Void] in
             defer {
                 waiting.removeAll()
-                self.hasWaiters.store(false, ordering: .relaxed)
+                self.waiters.store(false, ordering: .relaxed)
             }
             return Array(waiting.values)
         }

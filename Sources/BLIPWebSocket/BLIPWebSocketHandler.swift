@@ -90,6 +90,12 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// A close the connection asked for while a pump was running.
     private var closeAfterPump: BLIPCloseReason?
     private var awaitingPong = false
+    /// The payload of the latest ping of the read batch, answered when the batch ends.
+    private var pendingPong: ByteBuffer?
+    /// Frames of the current read batch, to find a peer flooding tiny frames.
+    private var framesThisBatch = 0
+    /// The channel's read options before a flood made them small (restored when it ends).
+    private var unthrottled: (allocator: any RecvByteBufferAllocator, reads: UInt)?
     /// The connection paused reading: a pong may be waiting unread.
     private var readingPaused = false
     /// When the last read batch ended: anything received shows the peer alive, so the heartbeat pings only
@@ -264,6 +270,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         // The instance method, not the static one: only the protocol witness is specialized for the frame
         // type; the static extension method runs NIO's generic cast (about 800 instructions a frame more).
         let frame = self.unwrapInboundIn(data)
+        self.framesThisBatch &+= 1
         guard !self.receivedClose else { return }  // nothing counts after the peer's close frame
         // No extension is negotiated, so no reserved bit may be set (RFC 6455 5.2), on any frame.
         guard frame.reservedBits.isEmpty else {
@@ -279,9 +286,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         case .continuation, .binary, .text:
             self.receivedData(frame)
         case .ping:
+            // Answered when the read batch ends, the latest ping only (RFC 6455 5.5.3 allows it): a peer
+            // flooding pings costs a write per batch, not a write and a flush per ping.
             guard !self.sentClose else { return }
-            self.write(.pong, frame.unmaskedData, context: context)
-            context.flush()
+            self.pendingPong = frame.unmaskedData
         case .pong:
             self.awaitingPong = false
             self.pongDeadline?.cancel()
@@ -379,6 +387,11 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         if self.heartbeat != nil { self.lastReceived = .now() }
+        self.throttleFloods(context: context)
+        if let pong = self.pendingPong.take(), !self.sentClose {
+            self.write(.pong, pong, context: context)
+            context.flush()
+        }
         // Replies and ACKs that the reads produced (since the batch's last early write) go out in one
         // flush, after the tasks the reads woke (handlers answering, callers about to send) have run.
         self.untilEarlyWrite = Self.firstEarlyWrite
@@ -556,6 +569,45 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// IANA since: service restart, try again later, bad gateway) and 3000-4999.
     static func isValidCloseCode(_ code: WebSocketErrorCode) -> Bool {
         BLIPCloseCode(rawValue: UInt16(webSocketErrorCode: code)).isSendable
+    }
+
+    // MARK: - Floods
+
+    /// Frames in one read batch past which the peer is flooding tiny frames (pings, empty messages): a batch
+    /// of 64 KiB holds at most a few hundred BLIP frames of even the smallest messages.
+    static let floodFrames = 1_024
+    /// Reads of a flooding peer are this small, and one per readable event, so that its event loop's other
+    /// connections (and the accept of new ones) run between its reads.
+    static let throttledReadSize = 4_096
+
+    /// While a peer floods, its reads are made small; when its batches are small again, as they were. A
+    /// peer's tiny frames cost a frame's decoding each, so the bytes of one read bound what it can make its
+    /// loop do before the others run: 4 peers flooding pings held new handshakes on that server for seconds.
+    private func throttleFloods(context: ChannelHandlerContext) {
+        let frames = self.framesThisBatch
+        self.framesThisBatch = 0
+        guard frames > Self.floodFrames || self.unthrottled != nil, let options = context.channel.syncOptions else {
+            return
+        }
+        if self.unthrottled == nil, frames > Self.floodFrames,
+            let allocator = try? options.getOption(.recvAllocator),
+            let reads = try? options.getOption(.maxMessagesPerRead)
+        {
+            self.unthrottled = (allocator, reads)
+            try? options.setOption(
+                .recvAllocator,
+                value: FixedSizeRecvByteBufferAllocator(capacity: Self.throttledReadSize)
+            )
+            try? options.setOption(.maxMessagesPerRead, value: 1)
+            self.settings.logger.debug(
+                "peer flooding tiny frames: reads throttled",
+                metadata: ["blip.frames": "\(frames)"]
+            )
+        } else if let unthrottled = self.unthrottled, frames < Self.floodFrames / 16 {
+            self.unthrottled = nil
+            try? options.setOption(.recvAllocator, value: unthrottled.allocator)
+            try? options.setOption(.maxMessagesPerRead, value: unthrottled.reads)
+        }
     }
 
     // MARK: - Heartbeat

@@ -97,7 +97,7 @@ extension ConnectionCore {
         state.buffered -= bytes
         if let shared = self.configuration.sharedBudget {
             shared.subtract(bytes)
-            effects.later { shared.wakeIfRoom() }
+            if shared.hasWaiters { effects.later { shared.wakeIfRoom() } }
         }
         self.relieveWithheld(&state, effects: &effects)
         self.updateReading(&state, effects: &effects)
