@@ -16,6 +16,8 @@ volume+='|HostilePeerTests|FileDescriptorLimitTests|BrowserChecksTests'
 # faulty links' keepalive bounds) measure the sanitizer, not the code; the races they could show, the
 # in-process session and budget tests show.
 volume+='|ServerBufferBudgetTests|FaultyLinkTests|RollingRestartTests'
+# The suites that time what they test (.ci/timing-suites) would time the sanitizer; .ci/test.sh runs them.
+volume+="|$(cat .ci/timing-suites)"
 swift build --build-tests --sanitize=thread --scratch-path .build-tsan
 status=0
 TSAN_OPTIONS="suppressions=$PWD/.ci/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}" \

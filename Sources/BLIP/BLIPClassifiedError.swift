@@ -1,5 +1,5 @@
 /// An error that says whether trying again, unchanged, may succeed: the one classification every error of
-/// this package shares, so that a retry policy (``BLIPWebSocket``'s reconnecting session among them) asks
+/// this package shares, so that a retry policy (`BLIPWebSocket`'s reconnecting session among them) asks
 /// one question of whatever it caught.
 public protocol BLIPClassifiedError: Error {
     /// Whether trying again later, with nothing changed, may succeed: a network that failed, a server

@@ -15,7 +15,7 @@ internal import NIOConcurrencyHelpers
 /// }
 /// ```
 ///
-/// Every ending is classified by ``BLIP/BLIPClassifiedError/isTransient``: a network failure, a server going
+/// Every ending is classified by `isTransient` of `BLIPClassifiedError`: a network failure, a server going
 /// away or restarting (1001, 1012), 1006, 1011, 1013, HTTP 429, 502, 503 and 504 (waiting at least their
 /// `Retry-After`), a proxy's 5xx and timeouts are transient; 400, 401, 403 and 404, a subprotocol no server
 /// speaks, a certificate not trusted and a protocol error are not, unless ``Configuration/classify`` says
@@ -34,7 +34,7 @@ public final class BLIPSession: Sendable {
         /// After a 401: the configuration to try once more at once (fresh credentials), or nil to stop.
         public var refreshCredentials: (@Sendable (BLIPHandshakeError) async -> BLIPWebSocketClient.Configuration?)?
         /// The application's own classification of an ending (true: transient), or nil to keep the
-        /// package's (``BLIP/BLIPClassifiedError``).
+        /// package's (`BLIPClassifiedError`).
         public var classify: (@Sendable (any Error) -> Bool?)?
 
         public init() {}

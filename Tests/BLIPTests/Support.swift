@@ -66,7 +66,19 @@ func standardRouter() -> BLIPRouter {
     return router
 }
 
+/// The first 4 MiB of every pattern, built once: bodies up to that size are slices of it (no copy). Building
+/// each body anew held both threads of the cooperative pool for seconds when a test made 10 000 of them in a
+/// debug build, long enough to starve every timing-sensitive test running beside it.
+private let patternSource = makePattern(4 << 20)
+
 func pattern(_ count: Int) -> ByteBuffer {
+    if count <= patternSource.readableBytes {
+        return patternSource.getSlice(at: patternSource.readerIndex, length: count)!
+    }
+    return makePattern(count)
+}
+
+private func makePattern(_ count: Int) -> ByteBuffer {
     // Doubling copies (memcpy) rather than a byte at a time: a debug build takes seconds per 64 MiB the slow
     // way, on the two threads every suite's tasks share.
     var buffer = ByteBuffer(bytes: Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8))
@@ -99,13 +111,17 @@ struct ChunkedBody: AsyncSequence, Sendable {
             let size = Swift.min(self.chunk, self.remaining)
             self.remaining -= size
             defer { self.offset += size }
+            // Byte i of the body is i * 31 mod 256: a cycle of 256, so a chunk is a slice of one precomputed
+            // run (a byte-at-a-time loop in a debug build held an event loop for seconds).
+            let start = self.offset % 256
+            if start + size <= chunkedBodySource.count {
+                return ByteBuffer(bytes: chunkedBodySource[start..<(start + size)])
+            }
             let offset = self.offset
-            return ByteBuffer(
-                bytes: [UInt8](unsafeUninitializedCapacity: size) { bytes, count in
-                    for index in 0..<size { bytes[index] = UInt8(truncatingIfNeeded: (index + offset) * 31) }
-                    count = size
-                }
-            )
+            return ByteBuffer(bytes: (0..<size).lazy.map { UInt8(truncatingIfNeeded: ($0 + offset) * 31) })
         }
     }
 }
+
+/// i * 31 mod 256 for i in 0 ..< 128 KiB + 256: every chunk of a ``ChunkedBody`` up to 128 KiB.
+private let chunkedBodySource: [UInt8] = (0..<((128 << 10) + 256)).map { UInt8(truncatingIfNeeded: $0 * 31) }

@@ -1,3 +1,4 @@
+import BLIPTestSupport
 import Foundation
 import Testing
 
@@ -18,26 +19,44 @@ struct SessionCommandTests {
         )
         let first = try await ServerProcess.start(executable)
         let port = first.port
+        // The session writes to a file, read while it runs: the server is restarted once the session is
+        // connected to it and has been sending for a moment, however late a busy machine starts it.
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("blip-session-\(UUID().uuidString).log")
+        defer { try? FileManager.default.removeItem(at: log) }
+        let process = try Self.startSession(
+            executable,
+            [
+                "session", "ws://127.0.0.1:\(port)/", "--count", "300", "--interval", "25", "--max-delay", "300",
+                "--json",
+            ],
+            output: log
+        )
         let session = Task {
-            try await EntryPointTests.run(
-                [
-                    "session", "ws://127.0.0.1:\(port)/", "--count", "40", "--interval", "50", "--max-delay", "300",
-                    "--json",
-                ],
-                waits: false
-            )
+            try await offThePool { () -> EntryPointTests.Run? in
+                let killer = DispatchWorkItem { kill(process.processIdentifier, SIGKILL) }
+                DispatchQueue.global().asyncAfter(deadline: .now() + 120, execute: killer)
+                process.waitUntilExit()
+                killer.cancel()
+                if process.terminationReason == .uncaughtSignal { return nil }
+                let output = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+                return EntryPointTests.Run(status: process.terminationStatus, output: output)
+            }
         }
-        try await Task.sleep(for: .milliseconds(700))
+        for _ in 0..<600 where !Self.read(log).contains("\"event\":\"connected\"") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        try #require(Self.read(log).contains("\"event\":\"connected\""), "never connected: \(Self.read(log))")
+        try await Task.sleep(for: .milliseconds(300))
         _ = await first.stopped()  // SIGTERM: a graceful close with 1001
         let second = try await ServerProcess.start(executable, command: ["serve", "--port", "\(port)"])
         defer { _ = second.stop() }
         let run = try #require(try await session.value, "blip session did not end")
         let summary = try Self.summary(run.output)
         #expect(run.status == 0, "\(run.output)")
-        #expect(summary["requests"] as? Int == 40)
+        #expect(summary["requests"] as? Int == 300)
         let replied = summary["replied"] as? Int ?? 0
         let transient = summary["failed_transient"] as? Int ?? 0
-        #expect(replied + transient == 40 && summary["failed_permanent"] as? Int == 0, "\(summary)")
+        #expect(replied + transient == 300 && summary["failed_permanent"] as? Int == 0, "\(summary)")
         #expect((summary["reconnects"] as? Int ?? 0) >= 1, "\(summary)")
         #expect(run.output.contains("\"event\":\"waiting\""), "state changes are printed")
         _ = await second.stopped()
@@ -61,5 +80,23 @@ struct SessionCommandTests {
         let summary = try Self.summary(run.output)
         #expect((summary["ending"] as? String)?.hasPrefix("permanent failure") == true, "\(summary)")
         _ = await server.stopped()
+    }
+
+    static func read(_ log: URL) -> String { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }
+
+    /// Starts the built `blip` with `arguments`, its output (both streams) going to `output`.
+    static func startSession(_ executable: URL, _ arguments: [String], output: URL) throws -> Process {
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: output)
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["LLVM_PROFILE_FILE"] = "/dev/null"
+        process.environment = environment
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        return process
     }
 }

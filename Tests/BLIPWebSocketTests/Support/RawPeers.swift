@@ -1,6 +1,7 @@
 import BLIP
 import BLIPWebSocket
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -81,10 +82,17 @@ struct RawWebSocketClient {
 /// A plain NIO WebSocket server, to act as a misbehaving or observing peer for our client.
 final class RawWebSocketServer: Sendable {
     let channel: NIOAsyncChannel<EventLoopFuture<NIOAsyncChannel<WebSocketFrame, WebSocketFrame>>, Never>
+    /// What the accepted connections received and when, stamped on their event loop as it happened (a
+    /// task reading the frames may run seconds later on a busy machine).
+    let timeline = NIOLockedValueBox<[RawPeerEvent]>([])
 
     /// `subprotocol(offered)` returns what to answer in `Sec-WebSocket-Protocol`, or nil for nothing.
-    init(subprotocol: @escaping @Sendable ([String]) -> String?) async throws {
-        self.channel = try await ServerBootstrap(group: rawPeerEventLoops)
+    init(
+        eventLoopGroup: any EventLoopGroup = rawPeerEventLoops,
+        subprotocol: @escaping @Sendable ([String]) -> String?
+    ) async throws {
+        let timeline = self.timeline
+        self.channel = try await ServerBootstrap(group: eventLoopGroup)
             .bind(host: "127.0.0.1", port: 0) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let upgrader = NIOTypedWebSocketServerUpgrader<NIOAsyncChannel<WebSocketFrame, WebSocketFrame>>(
@@ -99,7 +107,12 @@ final class RawWebSocketServer: Sendable {
                         },
                         upgradePipelineHandler: { channel, _ in
                             channel.eventLoop.makeCompletedFuture {
-                                try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                                timeline.withLockedValue { $0.append(RawPeerEvent(.upgraded)) }
+                                channel.closeFuture.whenComplete { _ in
+                                    timeline.withLockedValue { $0.append(RawPeerEvent(.closed)) }
+                                }
+                                try channel.pipeline.syncOperations.addHandler(RawPeerTimelineHandler(timeline))
+                                return try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
                                     wrappingChannelSynchronously: channel
                                 )
                             }
@@ -134,6 +147,40 @@ final class RawWebSocketServer: Sendable {
 
     func close() async {
         try? await self.channel.channel.close()
+    }
+}
+
+/// One thing that happened to a ``RawWebSocketServer``'s connection, and when.
+struct RawPeerEvent: Sendable {
+    enum Kind: Sendable, Equatable {
+        case upgraded
+        case received(WebSocketOpcode)
+        case closed
+    }
+
+    let kind: Kind
+    let time: NIODeadline
+
+    init(_ kind: Kind) {
+        self.kind = kind
+        self.time = .now()
+    }
+}
+
+/// Stamps each frame a raw peer receives, on the event loop, then passes it on.
+final class RawPeerTimelineHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = WebSocketFrame
+    typealias InboundOut = WebSocketFrame
+    let timeline: NIOLockedValueBox<[RawPeerEvent]>
+
+    init(_ timeline: NIOLockedValueBox<[RawPeerEvent]>) {
+        self.timeline = timeline
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = Self.unwrapInboundIn(data)
+        self.timeline.withLockedValue { $0.append(RawPeerEvent(.received(frame.opcode))) }
+        context.fireChannelRead(data)
     }
 }
 
@@ -230,7 +277,18 @@ func standardRouter() -> BLIPRouter {
     return router
 }
 
+/// The first 4 MiB of every pattern, built once: bodies up to that size are slices of it (no copy), so
+/// that tests making many bodies do not hold the cooperative pool's two threads while they copy.
+private let patternSource = makePattern(4 << 20)
+
 func pattern(_ count: Int) -> ByteBuffer {
+    if count <= patternSource.readableBytes {
+        return patternSource.getSlice(at: patternSource.readerIndex, length: count)!
+    }
+    return makePattern(count)
+}
+
+private func makePattern(_ count: Int) -> ByteBuffer {
     // Doubling copies (memcpy) rather than a byte at a time: a debug build takes seconds per 64 MiB the slow
     // way, on the two threads every suite's tasks share.
     var buffer = ByteBuffer(bytes: Array("abcdefghijklmnopqrstuvwxyz0123456789".utf8))
