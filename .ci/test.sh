@@ -3,7 +3,7 @@
 # code coverage, so that .ci/coverage.sh can report it without a second build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash .ci/setup.sh
+bash .ci/setup.sh --tests
 swift build --build-tests --enable-code-coverage -Xswiftc -warnings-as-errors
 # The suites run in parallel in one process, hundreds of sockets at a time: lift a soft limit of 1024
 # (a common default) towards the hard one.
