@@ -54,8 +54,8 @@ public struct BLIPConnection: Sendable, Hashable {
     ///
     /// Code that talks mostly to this connection can run on it: `withTaskExecutorPreference(connection
     /// .taskExecutor) { … }` starts the body there, and each reply resumes it in the same turn of the loop
-    /// that read the reply, with no other thread woken either way (64 small requests in flight: 1.3x to
-    /// 1.8x on loopback; see Docs/Benchmarks.md). The body must not block or compute for long: the loop's
+    /// that read the reply, with no other thread woken either way (64 small requests in flight: 1.1x to
+    /// 1.8x on loopback; see Docs/BenchmarkLog.md). The body must not block or compute for long: the loop's
     /// other connections wait meanwhile. Like any executor built on NIO event loops, it needs its event loop
     /// group running: work queued after the group has shut down is dropped (the default group, NIO's
     /// singleton, never shuts down).

@@ -14,7 +14,7 @@ public import NIOCore
 /// Its stored properties (and those of its per-message state and its frame encoder and decoder) are marked
 /// `@exclusivity(unchecked)`: the engine calls out to no other code, so one access to its state can never
 /// overlap another, and Swift's run-time checks of that cost 8 % of a round trip's instructions
-/// (Docs/Benchmarks.md, "Instructions per round trip").
+/// (Docs/BenchmarkLog.md, "Instructions per round trip").
 public final class BLIPConnectionEngine {
     public let configuration: BLIPEngineConfiguration
     public var dialect: BLIPDialect { self.configuration.dialect }

@@ -54,8 +54,34 @@ struct BLIPTool: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
-            Self.exit(withError: error)
+            Self.report(error)
         }
+    }
+
+    /// ArgumentParser's message for a usage error as one line: its first line, with a list of the values
+    /// allowed (which it puts on lines of their own) folded in.
+    static func usageLine(_ message: String) -> String {
+        let lines = message.split(separator: "\n", omittingEmptySubsequences: false)
+        guard let first = lines.first else { return message }
+        let values = lines.dropFirst().prefix { $0.hasPrefix("  - ") }.map { $0.dropFirst(4) }
+        guard !values.isEmpty else { return String(first) }
+        let lead = first.replacingOccurrences(of: " Please provide one of the following:", with: "")
+        return "\(lead) It takes one of: \(values.joined(separator: ", "))."
+    }
+
+    /// Ends the process for `error` (see ``ToolFailure``): help and the exit statuses commands choose go
+    /// through ArgumentParser; a usage error is one line and 64; a failure at run time one line and 1.
+    static func report(_ error: any Error) -> Never {
+        let code = Self.exitCode(for: error)
+        if error is ExitCode || code == .success { Self.exit(withError: error) }
+        let isUsage = code == .validationFailure
+        let message = isUsage ? Self.usageLine(Self.message(for: error)) : ToolFailure.describe(error)
+        if !isUsage && CommandLine.arguments.contains("--json") {
+            print(RequestCommand.jsonLine(["type": "failure", "error": message]))
+        } else {
+            FileHandle.standardError.write(Data("blip: \(message)\n".utf8))
+        }
+        Foundation.exit(isUsage ? ExitCode.validationFailure.rawValue : 1)
     }
 }
 

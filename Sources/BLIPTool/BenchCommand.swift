@@ -9,7 +9,8 @@ internal import Synchronization
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Run the standard benchmark workloads of performance.md against a server with the standard profiles.",
+        abstract:
+            "Run the standard benchmark workloads (Docs/Benchmarks.md) against a server with the standard profiles.",
         discussion: """
             rt: sequential 100-byte echo requests. pipelined: the same with C outstanding (16 and 64 by \
             default). bulk: one 64 MiB message (after an untimed 8 MiB one), up to `sink` or down from \
@@ -98,9 +99,21 @@ struct BenchCommand: AsyncParsableCommand {
     var warmsUp = true
 
     func validate() throws {
-        if self.workload != .inMemory && self.startsServer == (self.url != nil) {
-            throw ValidationError("give a URL or --self, not both")
+        if self.workload != .inMemory {
+            switch (self.url, self.startsServer) {
+            case (nil, false): throw ValidationError("give the server's URL, or --self to start one")
+            case (.some, true): throw ValidationError("give the server's URL or --self, not both")
+            case (.some(let url), false): try WebSocketURLArgument.check(url, as: "<url>")
+            case (nil, true): break
+            }
         }
+        if let via = self.via { try WebSocketURLArgument.check(via, as: "--via") }
+        for (name, value) in [
+            ("--count", self.count), ("--concurrency", self.concurrency), ("--connections", self.connections),
+        ] {
+            if let value, value < 1 { throw ValidationError("\(name) takes 1 or more, not \(value)") }
+        }
+        if let size = self.size, size < 0 { throw ValidationError("--size takes 0 or more bytes, not \(size)") }
         if let level = self.compressionLevel, !(0...9).contains(level) {
             throw ValidationError("--compression-level is 0 to 9")
         }

@@ -83,12 +83,18 @@ struct DecodeCommand: ParsableCommand {
             return try self.loadFolder(self.inputs[0])
         }
         let frames = try self.inputs.map { path in
-            (
-                URL(fileURLWithPath: path).lastPathComponent,
-                ByteBuffer(bytes: try Data(contentsOf: URL(fileURLWithPath: path)))
-            )
+            (URL(fileURLWithPath: path).lastPathComponent, ByteBuffer(bytes: try Self.readFrame(path)))
         }
         return (self.dialect?.dialect ?? .blip3, [(label, frames)])
+    }
+
+    /// A frame file's bytes; a missing or unreadable one is named in the failure.
+    static func readFrame(_ path: String) throws -> Data {
+        guard FileManager.default.fileExists(atPath: path) else { throw ToolError("cannot read \(path): no such file") }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ToolError("cannot read \(path): permission denied or not a file")
+        }
+        return data
     }
 
     /// A capture folder: one with a manifest.json listing scenarios (each its own connection, decoded

@@ -46,8 +46,10 @@ struct ProxyCommand: AsyncParsableCommand {
         if (self.tlsCert == nil) != (self.tlsKey == nil) {
             throw ValidationError("--tls-cert and --tls-key go together")
         }
-        if BLIPWebSocketURL(self.upstream) == nil { throw ValidationError("--upstream takes ws:// or wss:// URLs") }
-        if Self.split(self.listen) == nil { throw ValidationError("--listen takes HOST:PORT, not '\(self.listen)'") }
+        try WebSocketURLArgument.check(self.upstream, as: "--upstream")
+        guard let (_, port) = Self.split(self.listen), (0...65_535).contains(port) else {
+            throw ValidationError("--listen takes HOST:PORT with a port of 0 to 65535, not '\(self.listen)'")
+        }
     }
 
     static func split(_ address: String) -> (host: String, port: Int)? {
@@ -83,10 +85,16 @@ struct ProxyCommand: AsyncParsableCommand {
             verbose: self.verbose,
             redactedProperties: Set(self.redactedProperties)
         )
-        let proxy = try await BLIPInspectingProxy.start(configuration: self.proxyConfiguration) { event in
-            var line: [UInt8] = []
-            line.reserveCapacity(512)
-            if format.write(event, into: &line) { output.append(line) }
+        let configuration = self.proxyConfiguration
+        let proxy: BLIPInspectingProxy
+        do {
+            proxy = try await BLIPInspectingProxy.start(configuration: configuration) { event in
+                var line: [UInt8] = []
+                line.reserveCapacity(512)
+                if format.write(event, into: &line) { output.append(line) }
+            }
+        } catch {
+            throw ToolFailure.cannotListen(on: configuration.host, port: configuration.port, error)
         }
         let scheme = self.tlsCert == nil ? "ws" : "wss"
         // The port last, as `serve` ends its first line: scripts and tests read it from there.

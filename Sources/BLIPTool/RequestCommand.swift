@@ -46,6 +46,7 @@ struct RequestCommand: AsyncParsableCommand {
     @Option(help: "Seconds to wait for the reply; then the request fails (exit status 1).") var timeout: Double?
 
     func validate() throws {
+        try WebSocketURLArgument.check(self.url, as: "<url>")
         if self.body != nil && self.bodyFile != nil {
             throw ValidationError("--body and --body-file exclude each other")
         }
@@ -104,9 +105,9 @@ struct RequestCommand: AsyncParsableCommand {
             throw ExitCode(2)
         } catch {
             if self.json {
-                Swift.print(Self.jsonLine(["type": "failure", "error": "\(error)"]))
+                Swift.print(Self.jsonLine(["type": "failure", "error": ToolFailure.describe(error)]))
             } else {
-                FileHandle.standardError.write(Data("blip: \(error)\n".utf8))
+                FileHandle.standardError.write(Data("blip: \(ToolFailure.describe(error))\n".utf8))
             }
             throw ExitCode(1)
         }
@@ -132,6 +133,26 @@ struct RequestCommand: AsyncParsableCommand {
             )
         }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The whole of `path` ('-' is standard input): a file, a pipe or a process substitution (`<(cmd)`,
+    /// `/dev/stdin`), which have no size to read up front.
+    static func read(bodyFile path: String) throws -> Data {
+        if path == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw ToolError("cannot read --body-file \(path): no such file")
+        }
+        guard !isDirectory.boolValue else { throw ToolError("cannot read --body-file \(path): it is a folder") }
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw ToolError("cannot read --body-file \(path): permission denied")
+        }
+        defer { try? handle.close() }
+        do {
+            return try handle.readToEnd() ?? Data()
+        } catch {
+            throw ToolError("cannot read --body-file \(path): \(error.localizedDescription)")
+        }
     }
 
     static func jsonObject(_ refusal: BLIPHandshakeError) -> [String: Any] {
@@ -186,10 +207,7 @@ struct RequestCommand: AsyncParsableCommand {
         if let text = self.body {
             body.writeString(text)
         } else if let file = self.bodyFile {
-            let data =
-                file == "-"
-                ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: file))
-            body.writeBytes(data)
+            body.writeBytes(try Self.read(bodyFile: file))
         }
         return BLIPRequest(
             profile: self.profile,

@@ -91,6 +91,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(help: "Log every message.") var verbose = false
 
     func validate() throws {
+        if !(0...65_535).contains(self.port) { throw ValidationError("--port takes 0 to 65535, not \(self.port)") }
         if (self.tlsCert == nil) != (self.tlsKey == nil) {
             throw ValidationError("--tls-cert and --tls-key go together")
         }
@@ -159,15 +160,20 @@ struct ServeCommand: AsyncParsableCommand {
         let profiles = StandardProfiles()
         var router = BLIPRouter()
         router.register(profiles)
-        let server = try await BLIPWebSocketServer.bind(
-            configuration: configuration,
-            router: router,
-            logger: logger,
-            upgradeHandler: ServeAuthentication.upgradeHandler(
-                basic: self.requireBasic.flatMap(BasicAuthentication.init),
-                tokens: self.sessionTokens.isEmpty ? nil : SessionTokens(self.sessionTokens)
+        let server: BLIPWebSocketServer
+        do {
+            server = try await BLIPWebSocketServer.bind(
+                configuration: configuration,
+                router: router,
+                logger: logger,
+                upgradeHandler: ServeAuthentication.upgradeHandler(
+                    basic: self.requireBasic.flatMap(BasicAuthentication.init),
+                    tokens: self.sessionTokens.isEmpty ? nil : SessionTokens(self.sessionTokens)
+                )
             )
-        )
+        } catch {
+            throw ToolFailure.cannotListen(on: self.host, port: self.port, error)
+        }
         let scheme = self.tlsCert == nil ? "ws" : "wss"
         // Scripts (and `blip bench --self`) read this line to learn the port.
         print("blip: listening on \(scheme)://\(self.host):\(server.port)\(self.path ?? "/")")

@@ -54,7 +54,7 @@ struct SessionCommand: AsyncParsableCommand {
         if !(self.connectTimeout > 0 && self.connectTimeout <= 86_400) {
             throw ValidationError("--connect-timeout takes 0 to 86400 s")
         }
-        if BLIPWebSocketURL(self.url) == nil { throw ValidationError("not a ws:// or wss:// URL: \(self.url)") }
+        try WebSocketURLArgument.check(self.url, as: "<url>")
         if let user = self.user, !user.contains(":") { throw ValidationError("--user takes USER:PASS") }
         if let inFlight = self.inFlight {
             guard (1...1024).contains(inFlight) else { throw ValidationError("--in-flight takes 1 to 1024") }

@@ -321,7 +321,11 @@ public enum BLIPWebSocketClient {
                 throw failure
             }
             result.fail(error)
-            throw BLIPConnectionError(.transportFailed, "could not connect to \(url): \(error)", underlying: error)
+            throw BLIPConnectionError(
+                .transportFailed,
+                "could not connect to \(url): \(SocketFailureText.describe(error))",
+                underlying: error
+            )
         }
         channel.closeFuture.whenComplete { _ in
             result.fail(BLIPConnectionError(.handshakeFailed, "the connection closed during the WebSocket handshake"))

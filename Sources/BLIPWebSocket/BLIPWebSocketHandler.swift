@@ -50,7 +50,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// two peers of a pipelined exchange take turns, each idle while the other works through a whole batch;
     /// written early, the first replies reach the peer while the rest are read, and both work at once
     /// (pipelined 64: 1.7x-2x the messages per second). Small numbers for the first write start the peer
-    /// soonest; a larger interval after it keeps the writes per message down (sweep in Benchmarks.md).
+    /// soonest; a larger interval after it keeps the writes per message down (sweep in Docs/BenchmarkLog.md).
     static let firstEarlyWrite = 4
     static let earlyWriteInterval = 16
 

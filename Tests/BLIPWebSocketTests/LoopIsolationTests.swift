@@ -13,7 +13,7 @@ import Testing
 /// The tasks here start with `Task.immediate` from a callback of the loop: the test process does not
 /// install NIO's global executor, so they run there as the generic executor, and entering the isolation
 /// costs them a queued job instead of nothing (the saving itself is measured with callgrind, in
-/// Docs/Benchmarks.md). `onLoop` says the send took the isolated path.
+/// Docs/BenchmarkLog.md). `onLoop` says the send took the isolated path.
 @Suite("Sending from a task on the connection's event loop", .timeLimit(.minutes(1)))
 struct LoopIsolationTests {
     /// Starts `body` as a task on the loop's thread, with no actor and no executor preference; returns the

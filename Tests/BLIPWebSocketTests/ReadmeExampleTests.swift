@@ -53,9 +53,11 @@ struct ReadmeExampleTests {
             .map { $0.hasPrefix("        ") ? String($0.dropFirst(8)) : String($0) }
             .joined(separator: "\n")
         let printed = try #require(
-            Self.between("## The library\n\n```swift\n", and: "```", in: readme)?.components(separatedBy: "\n\n")
-                .dropFirst()
-                .joined(separator: "\n\n")
+            Self.between("```swift\nimport BLIP\nimport BLIPWebSocket\n", and: "```", in: readme)?.components(
+                separatedBy: "\n\n"
+            )
+            .dropFirst()
+            .joined(separator: "\n\n")
         )
         #expect(tested == printed)
     }
