@@ -18,15 +18,17 @@ package final class SharedBufferBudget: Sendable {
     private let waiting = NIOLockedValueBox<[ObjectIdentifier: @Sendable () -> Void]>([:])
     private let waiters = Atomic<Bool>(false)
 
-    /// Whether a connection waits for room (one relaxed load: what a release asks before scheduling a wake).
-    package var hasWaiters: Bool { self.waiters.load(ordering: .relaxed) }
+    /// Whether a connection waits for room: what a release asks before scheduling a wake. Sequentially
+    /// consistent with the total: a waiter stores this and then reads the total, a release changes the total
+    /// and then reads this, and one of the two must see the other (else nobody wakes the waiter).
+    package var hasWaiters: Bool { self.waiters.load(ordering: .sequentiallyConsistent) }
 
     package init(limit: Int) {
         self.limit = limit
     }
 
     /// Bytes held by every connection together.
-    package var bytes: Int { self.total.load(ordering: .relaxed) }
+    package var bytes: Int { self.total.load(ordering: .sequentiallyConsistent) }
     package var openConnections: Int { self.connections.load(ordering: .relaxed) }
     package var isExceeded: Bool { self.bytes > self.limit }
     /// A connection's budget while the total is past the limit: the limit shared evenly.
@@ -34,13 +36,13 @@ package final class SharedBufferBudget: Sendable {
 
     func connectionOpened() { self.connections.add(1, ordering: .relaxed) }
     func connectionClosed() { self.connections.subtract(1, ordering: .relaxed) }
-    func add(_ bytes: Int) { self.total.add(bytes, ordering: .relaxed) }
-    func subtract(_ bytes: Int) { self.total.subtract(bytes, ordering: .relaxed) }
+    func add(_ bytes: Int) { self.total.add(bytes, ordering: .sequentiallyConsistent) }
+    func subtract(_ bytes: Int) { self.total.subtract(bytes, ordering: .sequentiallyConsistent) }
 
     /// `wake` is called (once, after any lock) when the total is back within the limit.
     func wait(_ id: ObjectIdentifier, wake: @escaping @Sendable () -> Void) {
         self.waiting.withLockedValue { $0[id] = wake }
-        self.waiters.store(true, ordering: .relaxed)
+        self.waiters.store(true, ordering: .sequentiallyConsistent)
         self.wakeIfRoom()  // the room may have come back in between
     }
 
@@ -54,7 +56,7 @@ package final class SharedBufferBudget: Sendable {
         let wakes = self.waiting.withLockedValue { waiting -> [@Sendable () -> Void] in
             defer {
                 waiting.removeAll()
-                self.waiters.store(false, ordering: .relaxed)
+                self.waiters.store(false, ordering: .sequentiallyConsistent)
             }
             return Array(waiting.values)
         }

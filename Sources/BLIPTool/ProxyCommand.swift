@@ -93,7 +93,7 @@ struct ProxyCommand: AsyncParsableCommand {
                 line.reserveCapacity(512)
                 if format.write(event, into: &line) { output.append(line) }
             }
-        } catch {
+        } catch let error where ToolFailure.isListenFailure(error) {
             throw ToolFailure.cannotListen(on: configuration.host, port: configuration.port, error)
         }
         let scheme = self.tlsCert == nil ? "ws" : "wss"

@@ -171,7 +171,7 @@ struct ServeCommand: AsyncParsableCommand {
                     tokens: self.sessionTokens.isEmpty ? nil : SessionTokens(self.sessionTokens)
                 )
             )
-        } catch {
+        } catch let error where ToolFailure.isListenFailure(error) {
             throw ToolFailure.cannotListen(on: self.host, port: self.port, error)
         }
         let scheme = self.tlsCert == nil ? "ws" : "wss"

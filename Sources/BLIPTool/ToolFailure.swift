@@ -1,6 +1,8 @@
 internal import BLIP
 internal import BLIPWebSocket
 internal import Foundation
+internal import NIOCore
+internal import NIOPosix
 
 /// How the tool reports what went wrong: one line on standard error, `blip: ` and then what failed, where
 /// (the endpoint, the file, the port) and why in plain words. A usage error (a flag or value the command does
@@ -13,12 +15,20 @@ enum ToolFailure {
         case let error as BLIPConnectionError:
             return error.message
         case let error as BLIPHandshakeError:
-            return "the server refused the WebSocket handshake: HTTP \(error.status) \(error.reason) from \(error.url)"
+            let refusal =
+                "the server refused the WebSocket handshake: HTTP \(error.status) \(error.reason) from \(error.url)"
+            return error.detail.map { "\(refusal): \($0)" } ?? refusal
         case let error as ToolError:
             return error.message
         default:
             return "\(error)"
         }
+    }
+
+    /// Whether `error` is the socket's own refusal to bind or listen (an address in use, one that is not
+    /// this machine's, a name that does not resolve), not a failure before it (a TLS key that cannot be read).
+    static func isListenFailure(_ error: any Error) -> Bool {
+        error is IOError || error is SocketAddressError || error is NIOConnectionError
     }
 
     /// Listening on `host:port` failed: names the address, and says why in plain words.

@@ -92,6 +92,11 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     private var awaitingPong = false
     /// The payload of the latest ping of the read batch, answered when the batch ends.
     private var pendingPong: ByteBuffer?
+    /// Pongs written in this read batch (flushed when it ends).
+    private var pongsThisBatch = 0
+    /// Pings of one read batch answered one by one (Autobahn's cases send ten at once and expect ten pongs);
+    /// past this, only the batch's latest ping is answered.
+    static let pongsPerBatch = 16
     /// Frames of the current read batch, to find a peer flooding tiny frames.
     private var framesThisBatch = 0
     /// The channel's read options before a flood made them small (restored when it ends).
@@ -286,10 +291,16 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         case .continuation, .binary, .text:
             self.receivedData(frame)
         case .ping:
-            // Answered when the read batch ends, the latest ping only (RFC 6455 5.5.3 allows it): a peer
-            // flooding pings costs a write per batch, not a write and a flush per ping.
+            // Each ping of a read batch is answered (written now, flushed when the batch ends), up to
+            // pongsPerBatch; past that only the latest is, when the batch ends (RFC 6455 5.5.3 allows it):
+            // a peer flooding pings costs a few writes and one flush per batch, not a write and a flush per ping.
             guard !self.sentClose else { return }
-            self.pendingPong = frame.unmaskedData
+            if self.pongsThisBatch < Self.pongsPerBatch {
+                self.pongsThisBatch += 1
+                self.write(.pong, frame.unmaskedData, context: context)
+            } else {
+                self.pendingPong = frame.unmaskedData
+            }
         case .pong:
             self.awaitingPong = false
             self.pongDeadline?.cancel()
@@ -390,6 +401,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.throttleFloods(context: context)
         if let pong = self.pendingPong.take(), !self.sentClose {
             self.write(.pong, pong, context: context)
+        }
+        if self.pongsThisBatch > 0 {
+            self.pongsThisBatch = 0
             context.flush()
         }
         // Replies and ACKs that the reads produced (since the batch's last early write) go out in one
@@ -701,6 +715,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         context: ChannelHandlerContext,
         promise: EventLoopPromise<Void>? = nil
     ) {
+        if opcode == .connectionClose, let pong = self.pendingPong.take() {
+            // A ping read before our close is answered before it (RFC 6455 5.5.2).
+            self.write(.pong, pong, context: context)
+        }
         self.writeBatch(context: context)
         guard !self.hasFrameEncoder else {
             let frame = WebSocketFrame(fin: true, opcode: opcode, data: payload)

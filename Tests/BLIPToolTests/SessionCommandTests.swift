@@ -18,6 +18,7 @@ struct SessionCommandTests {
             "build the blip product first (swift build --build-tests)"
         )
         let first = try await ServerProcess.start(executable)
+        defer { _ = first.stop() }
         let port = first.port
         // The session writes to a file, read while it runs: the server is restarted once the session is
         // connected to it and has been sending for a moment, however late a busy machine starts it.
@@ -31,6 +32,7 @@ struct SessionCommandTests {
             ],
             output: log
         )
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
         let session = Task {
             try await offThePool { () -> EntryPointTests.Run? in
                 let killer = DispatchWorkItem { kill(process.processIdentifier, SIGKILL) }

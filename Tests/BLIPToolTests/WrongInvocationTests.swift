@@ -152,8 +152,8 @@ struct WrongInvocationTests {
         // /dev/stdin fed by a pipe, and a process substitution (a /dev/fd path): neither has a size to read
         // up front (both failed before with "You don't have permission").
         let script = """
-            printf 'from a pipe' | "$0" request \(url) --profile echo --body-file /dev/stdin && \
-            exec bash -c '"$0" request \(url) --profile echo --body-file <(printf "from a substitution")' "$0"
+            printf 'from a pipe' | "$0" request \(url) --profile echo --timeout 10 --body-file /dev/stdin && \
+            exec bash -c '"$0" request \(url) --profile echo --timeout 10 --body-file <(printf "from a substitution")' "$0"
             """
         let output = try await offThePoolRun(["/bin/bash", "-c", script, blip])
         #expect(output.status == 0, "\(output.text)")

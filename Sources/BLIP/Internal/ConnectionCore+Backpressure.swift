@@ -54,6 +54,9 @@ extension ConnectionCore {
         var effects = Effects()
         self.state.withLockedValue { state in
             guard !state.isClosed else { return }
+            // The wake took this connection off the waiting list: if the budget is exceeded again by now,
+            // the pause must be decided (and waited on) afresh, not taken as already registered.
+            state.pausedForSharedBudget = false
             self.relieveWithheld(&state, effects: &effects)
             self.updateReading(&state, effects: &effects)
         }
