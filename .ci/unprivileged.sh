@@ -19,18 +19,35 @@ id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
 # The user must reach the checkout (read-only is enough: it writes only under its own temporary folder).
 # Every folder above it gets the search permission it lacks, and loses it again at the end.
 opened=()
+# Every folder from the checkout up, and its mode now: the same at the end, or the pass fails.
+walked=()
+dir=$repo
+while [ "$dir" != / ]; do walked+=("$dir"); dir=$(dirname "$dir"); done
+modes_before=$(stat -c '%a %n' "${walked[@]}")
 # On the way out, whatever happened: the folders' permissions as they were, and no process of the user's left.
 restore() {
+    local status=$?
     for dir in "${opened[@]}"; do chmod o-x "$dir"; done
     pkill -KILL -u "$user" 2>/dev/null || true
+    if [ "$(stat -c '%a %n' "${walked[@]}")" != "$modes_before" ]; then
+        echo "unprivileged: the folders above the checkout did not get their modes back:" >&2
+        diff <(echo "$modes_before") <(stat -c '%a %n' "${walked[@]}") >&2 || true
+        status=1
+    fi
+    exit "$status"
 }
 trap restore EXIT
 dir=$repo
 while [ "$dir" != / ]; do
-    if [ "$(stat -c %A "$dir" | cut -c10)" != x ]; then
-        chmod o+x "$dir"
-        opened+=("$dir")
-    fi
+    # Others may search it when the tenth character of its mode is x, or t for a sticky folder such as /tmp
+    # (reading only x took /tmp for closed, and the restore then took its search bit away for good).
+    case "$(stat -c %A "$dir" | cut -c10)" in
+        x | t) ;;
+        *)
+            chmod o+x "$dir"
+            opened+=("$dir")
+            ;;
+    esac
     dir=$(dirname "$dir")
 done
 if ! runuser -u "$user" -- test -r "$repo/Package.swift"; then

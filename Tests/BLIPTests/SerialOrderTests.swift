@@ -264,9 +264,13 @@ struct SerialOrderBudgetStallTests {
                 BLIPRequest(profile: "record", properties: ["Seq": "1"], body: pattern(200_000))
             )
             connection.sendRequest(BLIPRequest(profile: "record", properties: ["Seq": "2"]), onReply: replies.record)
-            try await replies.wait(for: 2)
-            #expect(replies.failures == 0)
+            try await replies.wait(for: 2)  // the stall: these never came
+            // The small third request may arrive while the 200 KB one waits for the first and fills the
+            // waiting room: then it is refused with 503, as the budget rules say (seen 1 run in 5 on a busy
+            // machine, and under ThreadSanitizer). Anything else, or a failure of the first, is wrong.
+            let answered = replies.failures == 0 && log.sequence == [0, 1, 2]
+            let refusedThird = replies.errorCodes == [503] && replies.failures == 1 && log.sequence == [0, 1]
+            #expect(answered || refusedThird, "ERR codes \(replies.errorCodes), handled \(log.sequence)")
         }
-        #expect(log.sequence == [0, 1, 2])
     }
 }

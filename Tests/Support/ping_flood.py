@@ -5,33 +5,19 @@ killed. A separate process, so that the flood does not share the test's threads.
 
 usage: ping_flood.py PORT SECONDS
 """
-import base64
-import os
-import socket
 import sys
 import threading
 import time
 
+from websocket_upgrade import upgrade
+
 
 def main():
     port, seconds = int(sys.argv[1]), float(sys.argv[2])
-    sock = socket.create_connection(("127.0.0.1", port))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (
-            f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-            "Sec-WebSocket-Protocol: BLIP_3+CBMobile_3\r\n\r\n"
-        ).encode()
-    )
-    response = b""
-    while b"\r\n\r\n" not in response:
-        chunk = sock.recv(4096)
-        if not chunk:
-            sys.exit("closed during the handshake")
-        response += chunk
-    if b" 101 " not in response.split(b"\r\n", 1)[0]:
-        sys.exit(f"not upgraded: {response!r}")
+    try:
+        sock = upgrade(port)
+    except OSError as error:
+        sys.exit(str(error))
 
     def drain():
         try:
