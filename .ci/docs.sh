@@ -6,7 +6,9 @@
 # The symbol graphs come from the modules the test build (.ci/test.sh) has already compiled: the toolchain's
 # swift-symbolgraph-extract reads them with the options swift-docc-plugin uses (public symbols, extension
 # blocks, inherited docs and synthesized members), and docc converts each catalog into
-# .build/docs/<target>.doccarchive. The plugin would have built every library again in a scratch path of its
+# .build/docs/<target>.doccarchive, and again into a static site under .build/docs/site/<target> (one page per
+# symbol and article; .build/docs/site/index.html links the modules), readable through any static file server,
+# e.g. `blip serve --static .build/docs/site`. The plugin would have built every library again in a scratch path of its
 # own (about 6 min of a fresh CI machine's 35); the graphs it extracted held the same symbols and
 # relationships. The C modules' include paths are read from SwiftPM's build description.
 # The first step is the test build's own command: nothing to do when it has run, a build when it has not.
@@ -38,5 +40,20 @@ for target in $targets; do
     "$toolchain/docc" convert "Sources/$target/$target.docc" --warnings-as-errors \
         --fallback-display-name "$target" --fallback-bundle-identifier "$target" \
         --additional-symbol-graph-dir "$graphs" --output-path ".build/docs/$target.doccarchive"
+    rm -rf ".build/docs/site/$target"
+    mkdir -p .build/docs/site
+    "$toolchain/docc" process-archive transform-for-static-hosting ".build/docs/$target.doccarchive" \
+        --hosting-base-path "$target" --output-path ".build/docs/site/$target"
     echo "docs: $target ok ($(find "$graphs" -name '*.symbols.json' | wc -l) symbol graphs)"
 done
+# The site's front page: one link per module.
+{
+    echo '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>swift-blip documentation</title></head>'
+    echo '<body><h1>swift-blip documentation</h1><ul>'
+    for target in $targets; do
+        lower="$(echo "$target" | tr '[:upper:]' '[:lower:]')"
+        echo "<li><a href=\"$target/documentation/$lower/\">$target</a></li>"
+    done
+    echo '</ul></body></html>'
+} > .build/docs/site/index.html
+echo "docs: site in .build/docs/site (read it with: blip serve --static .build/docs/site)"

@@ -20,7 +20,13 @@ struct RequestCommand: AsyncParsableCommand {
     @Option(help: "The request's Profile.") var profile: String
     @Option(name: .customLong("prop"), help: "A property, as KEY=VALUE (repeatable).") var properties: [String] = []
     @Option(help: "The body, as text.") var body: String?
-    @Option(help: "Read the body from a file ('-' for standard input).") var bodyFile: String?
+    @Option(
+        help: """
+            Read the body from a file, a pipe or '-' (standard input) as it is sent: any size in little memory \
+            (with --no-reply it is read whole first).
+            """
+    )
+    var bodyFile: String?
     @Flag(help: "Send ahead of normal traffic.") var urgent = false
     @Flag(help: "Compress the body.") var compressed = false
     @Flag(help: "Ask for no reply.") var noReply = false
@@ -75,7 +81,10 @@ struct RequestCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let request = try self.makeRequest()
+        var request = try self.makeRequest()
+        // Opened before connecting, so that a path that cannot be read fails first.
+        let bodyFile = try self.bodyFile.map(BodyFile.init(path:))
+        if let bodyFile, self.noReply { request.body = try await bodyFile.readAll() }
         let configuration = self.makeConfiguration()
         var logger = Logger(label: "blip.request")
         logger.logLevel = .warning
@@ -91,6 +100,9 @@ struct RequestCommand: AsyncParsableCommand {
                     return Outcome.none
                 }
                 do {
+                    if let bodyFile {
+                        return .reply(try await connection.sendRequest(request, body: bodyFile, timeout: timeout))
+                    }
                     return .reply(try await connection.sendRequest(request, timeout: timeout))
                 } catch let error as BLIPError {
                     return .error(error)
@@ -133,26 +145,6 @@ struct RequestCommand: AsyncParsableCommand {
             )
         }
         return lines.joined(separator: "\n") + "\n"
-    }
-
-    /// The whole of `path` ('-' is standard input): a file, a pipe or a process substitution (`<(cmd)`,
-    /// `/dev/stdin`), which have no size to read up front.
-    static func read(bodyFile path: String) throws -> Data {
-        if path == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw ToolError("cannot read --body-file \(path): no such file")
-        }
-        guard !isDirectory.boolValue else { throw ToolError("cannot read --body-file \(path): it is a folder") }
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw ToolError("cannot read --body-file \(path): permission denied")
-        }
-        defer { try? handle.close() }
-        do {
-            return try handle.readToEnd() ?? Data()
-        } catch {
-            throw ToolError("cannot read --body-file \(path): \(error.localizedDescription)")
-        }
     }
 
     static func jsonObject(_ refusal: BLIPHandshakeError) -> [String: Any] {
@@ -204,11 +196,7 @@ struct RequestCommand: AsyncParsableCommand {
             properties[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
         }
         var body = ByteBuffer()
-        if let text = self.body {
-            body.writeString(text)
-        } else if let file = self.bodyFile {
-            body.writeBytes(try Self.read(bodyFile: file))
-        }
+        if let text = self.body { body.writeString(text) }
         return BLIPRequest(
             profile: self.profile,
             properties: properties,

@@ -155,13 +155,14 @@ struct WrongInvocationTests {
             printf 'from a pipe' | "$0" request \(url) --profile echo --timeout 10 --body-file /dev/stdin && \
             exec bash -c '"$0" request \(url) --profile echo --timeout 10 --body-file <(printf "from a substitution")' "$0"
             """
-        let output = try await offThePoolRun(["/bin/bash", "-c", script, blip])
+        let output = try await Self.offThePoolRun(["/bin/bash", "-c", script, blip])
         #expect(output.status == 0, "\(output.text)")
         #expect(output.text.contains("from a pipe") && output.text.contains("from a substitution"), "\(output.text)")
     }
 
-    /// Runs `arguments` to their end on a Dispatch thread; status and both streams.
-    func offThePoolRun(_ arguments: [String]) async throws -> (status: Int32, text: String) {
+    /// Runs `arguments` to their end on a Dispatch thread (killed after `limit` seconds); status and both
+    /// streams.
+    static func offThePoolRun(_ arguments: [String], limit: Double = 60) async throws -> (status: Int32, text: String) {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 let process = Process()
@@ -175,7 +176,7 @@ struct WrongInvocationTests {
                 process.standardError = pipe
                 do { try process.run() } catch { return continuation.resume(throwing: error) }
                 let killer = DispatchWorkItem { kill(process.processIdentifier, SIGKILL) }
-                DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: killer)
+                DispatchQueue.global().asyncAfter(deadline: .now() + limit, execute: killer)
                 let data = pipe.fileHandleForReading.readDataToEndOfFile()
                 process.waitUntilExit()
                 killer.cancel()
