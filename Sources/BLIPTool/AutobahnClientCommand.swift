@@ -23,7 +23,7 @@ struct AutobahnClientCommand: AsyncParsableCommand {
     @Option(help: "Largest WebSocket message accepted, in bytes.") var maxMessageSize = 1 << 25
 
     func validate() throws {
-        try WebSocketURLArgument.check(self.url, as: "<url>")
+        try WebSocketURLArgument.check(self.url, as: "--url")
         guard self.caseTimeout > 0 else { throw ValidationError("--case-timeout must be positive") }
     }
 

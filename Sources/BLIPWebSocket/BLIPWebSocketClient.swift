@@ -347,7 +347,14 @@ public enum BLIPWebSocketClient {
             throw error
         } catch {
             channel.close(promise: nil)
-            throw BLIPConnectionError(.handshakeFailed, "\(error)", underlying: error)
+            if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
+                throw BLIPConnectionError(
+                    .tlsFailed,
+                    "TLS with \(url) failed: \(TLSFailureText.describe(error))",
+                    underlying: error
+                )
+            }
+            throw BLIPConnectionError(.handshakeFailed, "the handshake with \(url) failed: \(error)", underlying: error)
         }
     }
 

@@ -76,8 +76,19 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         // NIOSSLExtraError: the certificate is not for the server's name.
         let isTLS = error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError
-        let code: BLIPConnectionError.Code = isTLS ? .tlsFailed : .transportFailed
-        self.result.fail(BLIPConnectionError(code, "\(error)", underlying: error))
+        let failure =
+            isTLS
+            ? BLIPConnectionError(
+                .tlsFailed,
+                "TLS with \(self.url) failed: \(TLSFailureText.describe(error))",
+                underlying: error
+            )
+            : BLIPConnectionError(
+                .transportFailed,
+                "the connection to \(self.url) failed: \(SocketFailureText.describe(error))",
+                underlying: error
+            )
+        self.result.fail(failure)
         context.close(promise: nil)
     }
 

@@ -122,6 +122,18 @@ struct WrongInvocationTests {
             64,
             "blip: --listen takes HOST:PORT with a port of 0 to 65535, not 'nocolon'"
         ),
+        Case(
+            ["request", "wss://127.0.0.1:BUSY/", "--profile", "echo"],
+            1,
+            "blip: TLS with wss://127.0.0.1:BUSY/ failed: the server did not answer in TLS (is it a ws:// endpoint?)"
+        ),
+        Case(["autobahn-client", "--url", "http://x"], 64, "blip: --url: 'http://x' is not a ws:// or wss:// URL"),
+        Case(
+            ["autobahn-client", "--url", "ws://127.0.0.1:1"],
+            1,
+            "blip: could not connect to ws://127.0.0.1:1/getCaseCount: connection refused"
+        ),
+        Case(["demo", "--port", "1"], 64, "blip: --port and --seconds go with --web"),
     ]
 
     @Test("each says what is wrong in one line, with exit status 64 (usage) or 1 (at run time)")
@@ -130,7 +142,7 @@ struct WrongInvocationTests {
         let busy = try await ServerProcess.start(executable)
         defer { _ = busy.stop() }
         for testCase in Self.cases {
-            let arguments = testCase.arguments.map { $0 == "BUSY" ? "\(busy.port)" : $0 }
+            let arguments = testCase.arguments.map { $0.replacingOccurrences(of: "BUSY", with: "\(busy.port)") }
             let run = try #require(
                 try await EntryPointTests.run(arguments, waits: false, limit: 30),
                 "\(testCase.testDescription) did not end"
