@@ -41,8 +41,6 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "BLIPWire", targets: ["BLIPWire"]),
-        .library(name: "BLIPEngine", targets: ["BLIPEngine"]),
-        .library(name: "BLIPPeerHarness", targets: ["BLIPPeerHarness"]),
         .library(name: "BLIP", targets: ["BLIP"]),
         .library(name: "BLIPWebSocket", targets: ["BLIPWebSocket"]),
         // A separate product: only those who mount BLIP on Hummingbird build Hummingbird.

@@ -38,14 +38,14 @@ public struct BLIPCloseCode: RawRepresentable, Hashable, Sendable, ExpressibleBy
 public struct BLIPCloseReason: Hashable, Sendable, CustomStringConvertible {
     public var code: BLIPCloseCode
     /// Sent in the close frame (a WebSocket close frame carries at most 123 bytes of it).
-    public var message: String
+    public var reason: String
     /// The connection still has replies to write before the close frame (after a fatal error from the
     /// peer; it bounds what they take): the transport pulls frames until it has none, writable or not.
     package var finishesQueuedReplies = false
 
-    public init(_ code: BLIPCloseCode, _ message: String = "") {
+    public init(_ code: BLIPCloseCode, _ reason: String = "") {
         self.code = code
-        self.message = message
+        self.reason = reason
     }
 
     public static let normal = BLIPCloseReason(.normalClosure)
@@ -54,7 +54,7 @@ public struct BLIPCloseReason: Hashable, Sendable, CustomStringConvertible {
         BLIPCloseReason(.protocolError, message)
     }
 
-    public var description: String { self.message.isEmpty ? "\(self.code)" : "\(self.code): \(self.message)" }
+    public var description: String { self.reason.isEmpty ? "\(self.code)" : "\(self.code): \(self.reason)" }
 }
 
 extension BLIPConnectionError {

@@ -1,4 +1,4 @@
-public import BLIPEngine
+internal import BLIPEngine
 internal import BLIPWire
 
 extension BLIPConnection {
@@ -18,7 +18,7 @@ extension BLIPConnection {
         public var compressionLevel: Int32?
         /// Send data raw when compressing it would not pay (it looks random, or gzip is not smaller).
         public var skipsIncompressibleData = true
-        public var sendWindow = BLIPEngineConfiguration.SendWindow.adaptive(initial: 128_000, maximum: 4 << 20)
+        public var sendWindow = BLIPSendWindow.adaptive(initial: 128_000, maximum: 4 << 20)
         /// The largest incoming property block; more is a protocol violation (LiteCore's limit).
         public var maximumPropertiesSize = BLIPPropertyCodec.defaultMaximumSize
         /// The largest incoming message body. A larger request is answered ERR BLIP/413; a larger reply
@@ -76,7 +76,10 @@ extension BLIPConnection {
             engine.decoder.maximumInflatedFrameSize = self.maximumInflatedFrameSize
             engine.frameSize = self.frameSize
             engine.smallFrameSize = min(4096, self.frameSize)
-            engine.sendWindow = self.sendWindow
+            switch self.sendWindow {
+            case .fixed(let bytes): engine.sendWindow = .fixed(bytes)
+            case .adaptive(let initial, let maximum): engine.sendWindow = .adaptive(initial: initial, maximum: maximum)
+            }
             engine.maximumPropertiesSize = self.maximumPropertiesSize
             engine.maximumIncomingMessageSize = self.maximumIncomingMessageSize
             engine.maximumIncomingMessagesInFlight = self.maximumIncomingMessagesInFlight

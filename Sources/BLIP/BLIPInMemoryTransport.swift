@@ -250,7 +250,7 @@ final class InMemoryLink: Sendable {
             ends[side].closed = true
             ends[side].inbox.removeAll()
             if ends[other].peerClosed == nil && !ends[other].closed {
-                ends[other].peerClosed = BLIPCloseStatus(code: reason.code, reason: reason.message, initiator: .peer)
+                ends[other].peerClosed = BLIPCloseStatus(code: reason.code, reason: reason.reason, initiator: .peer)
             }
             return ends[side].sink
         }
@@ -258,7 +258,7 @@ final class InMemoryLink: Sendable {
         // does next (closing the peer too, say) then comes after the close on the peer's queue, as a close
         // frame on the wire comes before anything sent later.
         self.scheduleDelivery(other)
-        sink?.closed(BLIPCloseStatus(code: reason.code, reason: reason.message, initiator: .local))
+        sink?.closed(BLIPCloseStatus(code: reason.code, reason: reason.reason, initiator: .local))
     }
 
     func cut() {

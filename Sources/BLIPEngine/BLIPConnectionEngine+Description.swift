@@ -3,7 +3,7 @@ internal import BLIPWire
 extension BLIPConnectionEngine: CustomDebugStringConvertible {
     /// Every unfinished message in both directions with its flow-control counters: what a stalled
     /// connection is waiting for.
-    public var debugDescription: String {
+    package var debugDescription: String {
         var lines = ["window \(self.window.size), outbox \(self.outbox.count), pending ACKs \(self.pendingACKs.count)"]
         for state in self.outgoing.values.sorted(by: { $0.id.rawValue < $1.id.rawValue }) {
             var flags: [String] = []

@@ -1,6 +1,6 @@
 internal import BLIPWire
 internal import DequeModule
-public import NIOCore
+package import NIOCore
 
 extension BLIPConnectionEngine {
     /// The ERR reply sent for a request that grew past ``BLIPEngineConfiguration/maximumIncomingMessageSize``.
@@ -14,7 +14,7 @@ extension BLIPConnectionEngine {
     /// request number, as Cocoa does), too many messages in flight. The driver must then close.
     ///
     /// - Parameter now: the time the frame arrived, read only for an ACK (to measure the round trip).
-    public func receive(
+    package func receive(
         _ frame: ByteBuffer,
         now: @autoclosure () -> NIODeadline
     ) throws(BLIPEngineError) -> BLIPReceiveResult {
@@ -39,7 +39,7 @@ extension BLIPConnectionEngine {
     /// Only messages consumed manually need this (requests with ``BLIPEngineConfiguration/consumesRequestBodiesManually``,
     /// replies to requests that stream them); for others it does nothing.
     /// - Returns: whether an ACK became due.
-    public func consumed(_ id: BLIPIncomingID, bytes: Int) -> Bool {
+    package func consumed(_ id: BLIPIncomingID, bytes: Int) -> Bool {
         guard !self.isClosed, let message = self.incoming[id], !message.consumesAutomatically,
             message.consume(bytes)
         else { return false }
@@ -50,7 +50,7 @@ extension BLIPConnectionEngine {
     /// can hold): the rest is drained unread, and a request gets ERR BLIP/413, as if it had passed
     /// ``BLIPEngineConfiguration/maximumIncomingMessageSize``. Does nothing for an unknown message.
     /// - Returns: whether the writer has something new to send (an early 413).
-    public func refuse(_ id: BLIPIncomingID) throws(BLIPEngineError) -> Bool {
+    package func refuse(_ id: BLIPIncomingID) throws(BLIPEngineError) -> Bool {
         guard !self.isClosed, let message = self.incoming[id], !message.isDiscarding else { return false }
         return try self.startDiscarding(message, tooLarge: true).wakeWriter
     }
@@ -59,7 +59,7 @@ extension BLIPConnectionEngine {
     /// otherwise stays as it was (a request may still be answered).
     /// - Returns: whether an ACK became due.
     @discardableResult
-    public func drain(_ id: BLIPIncomingID) -> Bool {
+    package func drain(_ id: BLIPIncomingID) -> Bool {
         guard !self.isClosed, let message = self.incoming[id], !message.isDiscarding else { return false }
         message.isDiscarding = true
         self.propertyBytesBuffered -= message.reader.bufferedBytes
@@ -165,7 +165,7 @@ extension BLIPConnectionEngine {
             piece = try message.reader.append(frame.payload)
             if isLastFrame { try message.reader.finish() }
             self.propertyBytesBuffered += message.reader.bufferedBytes - heldBefore
-        } catch let error where error.reason == .bodyTooLarge(limit: message.reader.maximumBodySize) {
+        } catch let error where error.code == .bodyTooLarge(limit: message.reader.maximumBodySize) {
             // Inflation stopped at the limit: the message is refused, the connection stays.
             self.propertyBytesBuffered += message.reader.bufferedBytes - heldBefore
             message.bytesConsumable = message.bytesReceived
@@ -219,7 +219,7 @@ extension BLIPConnectionEngine {
                 body = try reader.append(frame.payload)
                 try reader.finish()
                 properties = reader.properties
-            } catch let error where error.reason == .bodyTooLarge(limit: reader.maximumBodySize) {
+            } catch let error where error.code == .bodyTooLarge(limit: reader.maximumBodySize) {
                 reader.cancel()
                 tooLarge = true
             } catch {

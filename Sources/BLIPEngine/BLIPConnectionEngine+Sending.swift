@@ -1,13 +1,13 @@
 internal import BLIPWire
 internal import DequeModule
-public import NIOCore
+package import NIOCore
 
 extension BLIPConnectionEngine {
     /// Queues a message to send. A request gets its number when its first frame leaves; a reply to a
     /// request that is still arriving waits until the request is complete (trap 17).
     ///
     /// - Returns: the message's handle, and whether the writer has something new to send.
-    public func enqueue(_ message: BLIPOutgoingMessage) throws(BLIPEngineError) -> (
+    package func enqueue(_ message: BLIPOutgoingMessage) throws(BLIPEngineError) -> (
         id: BLIPOutgoingID, wakeWriter: Bool
     ) {
         try self.checkUsable()
@@ -85,7 +85,7 @@ extension BLIPConnectionEngine {
 
     /// Adds the next chunk of a streamed body.
     /// - Returns: whether the writer has something new to send.
-    public func appendBody(
+    package func appendBody(
         _ id: BLIPOutgoingID,
         _ chunk: ByteBuffer,
         isComplete: Bool
@@ -105,7 +105,7 @@ extension BLIPConnectionEngine {
 
     /// Whether a streamed message wants more of its body: it is incomplete and has less than the low
     /// watermark queued.
-    public func wantsBody(_ id: BLIPOutgoingID) -> Bool {
+    package func wantsBody(_ id: BLIPOutgoingID) -> Bool {
         guard let state = self.outgoing[id], state.isStreamed, !state.isBodyComplete else { return false }
         return state.data.readableBytes < self.configuration.streamedBodyLowWatermark
     }
@@ -115,7 +115,7 @@ extension BLIPConnectionEngine {
     /// would otherwise hold a half message forever) and its reply dropped; a sent request's reply is
     /// dropped when it comes. A streamed body that cannot be finished after its message started throws
     /// ``BLIPEngineError/Code/bodyFailedMidMessage``: the connection must close.
-    public func cancel(_ id: BLIPOutgoingID) throws(BLIPEngineError) -> BLIPCancelResult {
+    package func cancel(_ id: BLIPOutgoingID) throws(BLIPEngineError) -> BLIPCancelResult {
         guard !self.isClosed else { return .unknown }
         guard let state = self.outgoing[id] else {
             guard let number = self.awaitingReply.firstKey(where: { $0.request == id }) else { return .unknown }
@@ -153,7 +153,7 @@ extension BLIPConnectionEngine {
     /// - Parameter now: the time the frame leaves, for measuring round trips. Read only for a frame that
     ///   waits for an ACK (one with more to come, in a dialect with flow control): a small message leaves
     ///   without a clock read.
-    public func nextFrame(
+    package func nextFrame(
         into output: inout ByteBuffer,
         now: @autoclosure () -> NIODeadline
     ) throws(BLIPEngineError) -> BLIPNextFrame {

@@ -1,6 +1,6 @@
-public import BLIPWire
+package import BLIPWire
 internal import DequeModule
-public import NIOCore
+package import NIOCore
 
 /// The BLIP protocol for one connection, without I/O: it turns messages to send into frames, and frames
 /// received into messages, in any of the three dialects.
@@ -15,9 +15,9 @@ public import NIOCore
 /// `@exclusivity(unchecked)`: the engine calls out to no other code, so one access to its state can never
 /// overlap another, and Swift's run-time checks of that cost 8 % of a round trip's instructions
 /// (Docs/BenchmarkLog.md, "Instructions per round trip").
-public final class BLIPConnectionEngine {
-    public let configuration: BLIPEngineConfiguration
-    public var dialect: BLIPDialect { self.configuration.dialect }
+package final class BLIPConnectionEngine {
+    package let configuration: BLIPEngineConfiguration
+    package var dialect: BLIPDialect { self.configuration.dialect }
 
     let encoder: BLIPFrameEncoder
     let decoder: BLIPFrameDecoder
@@ -71,7 +71,7 @@ public final class BLIPConnectionEngine {
         var heldReply: OutgoingMessageState?
     }
 
-    public init(configuration: BLIPEngineConfiguration = BLIPEngineConfiguration()) {
+    package init(configuration: BLIPEngineConfiguration = BLIPEngineConfiguration()) {
         self.configuration = configuration
         var encoderConfiguration = configuration.encoder
         encoderConfiguration.maximumPropertiesSize = configuration.maximumPropertiesSize
@@ -83,33 +83,33 @@ public final class BLIPConnectionEngine {
     // MARK: - Inspection
 
     /// Whether ``nextFrame(into:now:)`` would produce a frame now.
-    public var hasFrameToSend: Bool {
+    package var hasFrameToSend: Bool {
         !self.isClosed && !self.hasFailed && !(self.pendingACKs.isEmpty && self.outbox.isEmpty)
     }
 
     /// The current send window (bytes one message may have unacknowledged).
-    public var sendWindowSize: Int { self.window.size }
+    package var sendWindowSize: Int { self.window.size }
 
     /// The largest send window so far (what a peer may still have to hold after the window shrank).
-    public var peakSendWindowSize: Int { self.window.peak }
+    package var peakSendWindowSize: Int { self.window.peak }
 
     /// The last measured round trip from a frame's send to the ACK covering it.
-    public var lastRoundTrip: TimeAmount? { self.window.lastRoundTrip }
+    package var lastRoundTrip: TimeAmount? { self.window.lastRoundTrip }
 
     /// Messages of ours not yet fully sent.
-    public var outgoingCount: Int { self.outgoing.count }
+    package var outgoingCount: Int { self.outgoing.count }
 
     /// Our requests still waiting for their reply to start.
-    public var awaitingReplyCount: Int { self.awaitingReply.count }
+    package var awaitingReplyCount: Int { self.awaitingReply.count }
 
     /// Messages the peer has partly sent.
-    public var incomingCount: Int { self.incoming.count }
+    package var incomingCount: Int { self.incoming.count }
 
     /// The lowest-numbered request of the peer's whose first frame has arrived but whose properties have
     /// not all: the driver has not heard of it yet (a property block can straddle frames, so a later
     /// request can start before it), but it will. Requests being drained unread are not counted: the
     /// driver never hears of those. Nil when there is none (the common case costs one emptiness check).
-    public var firstRequestAwaitingProperties: UInt64? {
+    package var firstRequestAwaitingProperties: UInt64? {
         guard !self.incoming.isEmpty else { return nil }
         var lowest: UInt64?
         for (id, message) in self.incoming
@@ -121,39 +121,39 @@ public final class BLIPConnectionEngine {
 
     /// Whether the reply to the peer's request `number` waits for the rest of the request (it was given
     /// before the request's last frame arrived).
-    public func isReplyHeld(toRequest number: UInt64) -> Bool {
+    package func isReplyHeld(toRequest number: UInt64) -> Bool {
         self.unanswered[number]?.heldReply != nil
     }
 
     /// Whether the peer's request `number` still expects a reply none of which is queued.
-    public func awaitsReply(toRequest number: UInt64) -> Bool {
+    package func awaitsReply(toRequest number: UInt64) -> Bool {
         guard let request = self.unanswered[number] else { return false }
         return request.heldReply == nil
     }
 
     /// Requests of the peer that expect a reply none of which is queued yet, and those whose reply waits
     /// for the rest of the request.
-    public var unansweredCount: Int { self.unanswered.count }
+    package var unansweredCount: Int { self.unanswered.count }
 
     /// Bytes of our replies (and ERRs) queued whose first frame has not left. A peer that sends requests
     /// without reading the replies makes this grow; the driver can stop reading while it is large.
-    public var queuedReplyBytes: Int { self.replyBytesQueued }
+    package var queuedReplyBytes: Int { self.replyBytesQueued }
 
     /// Bytes of incoming property blocks held until they are complete: what the engine itself buffers for
     /// the peer's unfinished messages (bodies are the driver's).
-    public var bufferedPropertyBytes: Int { self.propertyBytesBuffered }
+    package var bufferedPropertyBytes: Int { self.propertyBytesBuffered }
 
     /// Bytes produced by decompression of incoming frames and bodies so far.
-    public var bytesInflated: Int { self.decoder.bytesInflated }
+    package var bytesInflated: Int { self.decoder.bytesInflated }
 
     /// Frame bytes of an incoming message that have arrived but whose body has not been consumed: what
     /// it holds in memory, in the units flow control counts.
-    public func unconsumedBytes(of id: BLIPIncomingID) -> Int {
+    package func unconsumedBytes(of id: BLIPIncomingID) -> Int {
         self.incoming[id]?.unconsumedBytes ?? 0
     }
 
     /// Where one of our messages is; nil once it has been fully sent (or was never queued).
-    public func status(of id: BLIPOutgoingID) -> BLIPOutgoingStatus? {
+    package func status(of id: BLIPOutgoingID) -> BLIPOutgoingStatus? {
         guard let state = self.outgoing[id] else { return nil }
         if state.isHeld { return .held }
         if state.isPaused { return .waitingForACK }
@@ -162,17 +162,17 @@ public final class BLIPConnectionEngine {
     }
 
     /// Whether one of our requests is waiting for its reply to start (nil: unknown or already replied).
-    public func isAwaitingReply(_ id: BLIPOutgoingID) -> Bool {
+    package func isAwaitingReply(_ id: BLIPOutgoingID) -> Bool {
         self.awaitingReply.values.contains { $0.request == id && !$0.isAbandoned }
     }
 
     /// Counters of the frame encoder (compression decisions).
-    public var encoderStatistics: BLIPFrameEncoder.Statistics { self.encoder.statistics }
+    package var encoderStatistics: BLIPFrameEncoder.Statistics { self.encoder.statistics }
 
     // MARK: - Closing
 
     /// Closes the engine and returns everything unfinished, to be failed at once. Idempotent.
-    public func close() -> BLIPEngineClosure {
+    package func close() -> BLIPEngineClosure {
         guard !self.isClosed else { return BLIPEngineClosure() }
         self.isClosed = true
         var closure = BLIPEngineClosure()
@@ -210,7 +210,7 @@ public final class BLIPConnectionEngine {
     /// framed, ignoring the send window, so that answers to the peer's earlier, valid requests go out
     /// before the connection closes. Nothing else is sent: no ACKs, no requests, no streamed or held
     /// replies. The driver decides how many bytes it writes this way, then calls ``close()``.
-    public func finishRepliesAfterFailure() {
+    package func finishRepliesAfterFailure() {
         guard self.hasFailed else { return }
         self.finishQueuedReplies()
     }
@@ -218,7 +218,7 @@ public final class BLIPConnectionEngine {
     /// Before a close the driver was asked to make right after a reply: as after a failure, only the replies
     /// already queued whole are framed from now on (ignoring the send window), then the driver calls
     /// ``close()``.
-    public func finishQueuedReplies() {
+    package func finishQueuedReplies() {
         guard !self.isClosed, !self.isFinishingReplies else { return }
         self.isFinishingReplies = true
         self.pendingACKs.removeAll()

@@ -1,8 +1,8 @@
-public import BLIPWire
+package import BLIPWire
 
 /// Why the engine refused an operation or closed the connection.
-public struct BLIPEngineError: Error, Hashable, Sendable, CustomStringConvertible {
-    public enum Code: Hashable, Sendable {
+package struct BLIPEngineError: Error, Hashable, Sendable, CustomStringConvertible {
+    package enum Code: Hashable, Sendable {
         /// The peer broke a rule that is fatal in go-blip or LiteCore (digest 7.12); the connection closes.
         case protocolViolation
         /// The engine is closed.
@@ -22,18 +22,18 @@ public struct BLIPEngineError: Error, Hashable, Sendable, CustomStringConvertibl
         case bodyFailedMidMessage
     }
 
-    public var code: Code
-    public var message: String
+    package var code: Code
+    package var message: String
     /// The wire error behind a protocol violation or an invalid message.
-    public var wireError: BLIPWireError?
+    package var wireError: BLIPWireError?
 
-    public init(_ code: Code, _ message: String, wireError: BLIPWireError? = nil) {
+    package init(_ code: Code, _ message: String, wireError: BLIPWireError? = nil) {
         self.code = code
         self.message = message
         self.wireError = wireError
     }
 
-    public var description: String { "\(self.code): \(self.message)" }
+    package var description: String { "\(self.code): \(self.message)" }
 
     static func violation(_ message: String) -> BLIPEngineError {
         BLIPEngineError(.protocolViolation, message)

@@ -1,25 +1,25 @@
-public import BLIPWire
-public import NIOCore
+package import BLIPWire
+package import NIOCore
 
 /// An incoming message once its properties have arrived.
-public struct BLIPIncomingMessage: Sendable {
-    public var id: BLIPIncomingID
+package struct BLIPIncomingMessage: Sendable {
+    package var id: BLIPIncomingID
     /// `.request`, `.response` or `.error`.
-    public var type: BLIPMessageType
+    package var type: BLIPMessageType
     /// The flags of its first frame (compressed, urgent, no-reply), without more-coming.
-    public var flags: BLIPFrameFlags
-    public var properties: BLIPProperties
+    package var flags: BLIPFrameFlags
+    package var properties: BLIPProperties
     /// The body bytes that arrived with the properties: the whole body if ``isComplete``.
-    public var body: ByteBuffer
-    public var isComplete: Bool
+    package var body: ByteBuffer
+    package var isComplete: Bool
     /// For a reply: the request of ours it answers.
-    public var request: BLIPOutgoingID?
+    package var request: BLIPOutgoingID?
 
-    public var expectsReply: Bool { self.type == .request && !self.flags.contains(.noReply) }
+    package var expectsReply: Bool { self.type == .request && !self.flags.contains(.noReply) }
 }
 
 /// What an incoming frame produced for the layer above.
-public enum BLIPEngineEvent: Sendable {
+package enum BLIPEngineEvent: Sendable {
     /// A message's properties have arrived (with the body bytes so far; all of it if complete). Its body
     /// bytes count as unconsumed until ``BLIPConnectionEngine/consumed(_:bytes:)``.
     case messageStarted(BLIPIncomingMessage)
@@ -31,14 +31,14 @@ public enum BLIPEngineEvent: Sendable {
 }
 
 /// The result of ``BLIPConnectionEngine/receive(_:now:)``.
-public struct BLIPReceiveResult: Sendable {
-    public var event: BLIPEngineEvent?
+package struct BLIPReceiveResult: Sendable {
+    package var event: BLIPEngineEvent?
     /// Frames became ready to send (an ACK is due, a paused message resumed, an automatic reply).
-    public var wakeWriter: Bool
+    package var wakeWriter: Bool
     /// An ACK raised the count of acknowledged bytes of one of our messages.
-    public var acknowledged: BLIPAcknowledgement?
+    package var acknowledged: BLIPAcknowledgement?
 
-    public init(event: BLIPEngineEvent? = nil, wakeWriter: Bool = false, acknowledged: BLIPAcknowledgement? = nil) {
+    package init(event: BLIPEngineEvent? = nil, wakeWriter: Bool = false, acknowledged: BLIPAcknowledgement? = nil) {
         self.event = event
         self.wakeWriter = wakeWriter
         self.acknowledged = acknowledged
@@ -46,31 +46,31 @@ public struct BLIPReceiveResult: Sendable {
 }
 
 /// The peer's ACK of one of our messages: how many of its frame data bytes it has received so far.
-public struct BLIPAcknowledgement: Hashable, Sendable {
-    public var message: BLIPOutgoingID
-    public var bytes: Int
+package struct BLIPAcknowledgement: Hashable, Sendable {
+    package var message: BLIPOutgoingID
+    package var bytes: Int
 
-    public init(message: BLIPOutgoingID, bytes: Int) {
+    package init(message: BLIPOutgoingID, bytes: Int) {
         self.message = message
         self.bytes = bytes
     }
 }
 
 /// A frame the engine appended to the output buffer.
-public struct BLIPSentFrame: Hashable, Sendable {
-    public var header: BLIPFrameHeader
-    public var length: Int
+package struct BLIPSentFrame: Hashable, Sendable {
+    package var header: BLIPFrameHeader
+    package var length: Int
     /// The message this frame belongs to; nil for ACK frames.
-    public var message: BLIPOutgoingID?
-    public var isFirstFrame: Bool
+    package var message: BLIPOutgoingID?
+    package var isFirstFrame: Bool
     /// The message's last frame: it has been handed over whole.
-    public var isLastFrame: Bool
+    package var isLastFrame: Bool
     /// Frame data bytes of the message sent so far, this frame's included (the unit of ACKs).
-    public var messageBytesSent: Int = 0
+    package var messageBytesSent: Int = 0
 }
 
 /// The result of ``BLIPConnectionEngine/nextFrame(into:now:)``.
-public enum BLIPNextFrame: Hashable, Sendable {
+package enum BLIPNextFrame: Hashable, Sendable {
     case frame(BLIPSentFrame)
     /// Nothing can be sent now: the out-box is empty, or every queued message waits for an ACK or for
     /// more of its streamed body.
@@ -78,17 +78,17 @@ public enum BLIPNextFrame: Hashable, Sendable {
 }
 
 /// Everything a closing connection leaves unfinished, to be failed at once.
-public struct BLIPEngineClosure: Sendable {
+package struct BLIPEngineClosure: Sendable {
     /// Our requests whose reply will never come (queued, partly sent, or sent and awaiting the reply).
-    public var failedRequests: [BLIPOutgoingID] = []
+    package var failedRequests: [BLIPOutgoingID] = []
     /// Our messages whose sending did not complete (any kind; includes requests listed above).
-    public var failedSends: [BLIPOutgoingID] = []
+    package var failedSends: [BLIPOutgoingID] = []
     /// Messages the peer had partly sent.
-    public var incompleteIncoming: [BLIPIncomingID] = []
+    package var incompleteIncoming: [BLIPIncomingID] = []
 }
 
 /// What cancelling an outgoing message did (BLIP has no cancel frame).
-public enum BLIPCancelResult: Hashable, Sendable {
+package enum BLIPCancelResult: Hashable, Sendable {
     /// It had not started: it was removed, and never gets a number.
     case removed
     /// It had started: the rest of it is still sent (a half-sent message would stay open at the peer
@@ -101,7 +101,7 @@ public enum BLIPCancelResult: Hashable, Sendable {
 }
 
 /// Where one of our messages is, for observation (tests, diagnostics).
-public enum BLIPOutgoingStatus: Hashable, Sendable {
+package enum BLIPOutgoingStatus: Hashable, Sendable {
     /// In the out-box, waiting for its turn to send a frame.
     case queued
     /// Paused: the send window is full until the peer ACKs.

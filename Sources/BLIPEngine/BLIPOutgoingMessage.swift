@@ -1,9 +1,9 @@
-public import BLIPWire
-public import NIOCore
+package import BLIPWire
+package import NIOCore
 
 /// A message handed to the engine to send.
-public struct BLIPOutgoingMessage: Sendable {
-    public enum Kind: Hashable, Sendable {
+package struct BLIPOutgoingMessage: Sendable {
+    package enum Kind: Hashable, Sendable {
         /// A request; the engine numbers it when its first frame leaves.
         case request
         /// A normal reply to the peer's request with this number.
@@ -12,7 +12,7 @@ public struct BLIPOutgoingMessage: Sendable {
         case error(toRequest: UInt64)
     }
 
-    public enum Body: Sendable {
+    package enum Body: Sendable {
         /// The whole body, known now.
         case buffer(ByteBuffer)
         /// A body supplied later in chunks with ``BLIPConnectionEngine/appendBody(_:_:isComplete:)``,
@@ -20,21 +20,21 @@ public struct BLIPOutgoingMessage: Sendable {
         case streamed
     }
 
-    public var kind: Kind
-    public var properties: BLIPProperties
-    public var body: Body
+    package var kind: Kind
+    package var properties: BLIPProperties
+    package var body: Body
     /// Ignored for replies, which inherit their request's urgency (as LiteCore and go-blip do).
-    public var isUrgent: Bool
+    package var isUrgent: Bool
     /// Compress the body (BLIP 3: frame by frame; seed and BLIP 2: gzip). A streamed body is not
     /// compressed in the seed and BLIP 2 dialects, whose gzip covers the whole body.
-    public var isCompressed: Bool
+    package var isCompressed: Bool
     /// A request that must not be answered (requests only).
-    public var isNoReply: Bool
+    package var isNoReply: Bool
     /// The reply's body will be consumed piece by piece (``BLIPConnectionEngine/consumed(_:bytes:)``),
     /// so ACKs wait for the consumer (requests only).
-    public var streamsReply: Bool
+    package var streamsReply: Bool
 
-    public init(
+    package init(
         _ kind: Kind,
         properties: BLIPProperties,
         body: Body = .buffer(ByteBuffer()),

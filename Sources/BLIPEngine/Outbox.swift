@@ -1,7 +1,7 @@
-public import DequeModule
+package import DequeModule
 
 /// What the out-box needs to know about a queued message.
-public protocol BLIPOutboxEntry: AnyObject {
+package protocol BLIPOutboxEntry: AnyObject {
     var isUrgent: Bool { get }
     /// Whether at least one frame of the message has been sent.
     var hasStarted: Bool { get }
@@ -13,22 +13,22 @@ public protocol BLIPOutboxEntry: AnyObject {
 /// messages at the tail (round robin), urgent ones by LiteCore's insertion rule, which lets an urgent
 /// message overtake normal traffic without ever passing another urgent message or, when new, a message
 /// that has not started (so first frames stay in order).
-public struct BLIPOutbox<Entry: BLIPOutboxEntry> {
+package struct BLIPOutbox<Entry: BLIPOutboxEntry> {
     private var queue: Deque<Entry> = []
 
-    public init() {}
+    package init() {}
 
-    public var isEmpty: Bool { self.queue.isEmpty }
-    public var count: Int { self.queue.count }
-    public var first: Entry? { self.queue.first }
-    public var entries: Deque<Entry> { self.queue }
+    package var isEmpty: Bool { self.queue.isEmpty }
+    package var count: Int { self.queue.count }
+    package var first: Entry? { self.queue.first }
+    package var entries: Deque<Entry> { self.queue }
 
-    public mutating func popFirst() -> Entry? {
+    package mutating func popFirst() -> Entry? {
         self.queue.popFirst()
     }
 
     /// Queues `entry`; `isNew` is true when it has never been queued before (LiteCore: has sent nothing).
-    public mutating func push(_ entry: Entry, isNew: Bool) {
+    package mutating func push(_ entry: Entry, isNew: Bool) {
         guard entry.isUrgent && self.queue.count >= 2 else {
             self.queue.append(entry)
             return
@@ -54,14 +54,14 @@ public struct BLIPOutbox<Entry: BLIPOutboxEntry> {
 
     /// Removes `entry` if it is queued; returns whether it was.
     @discardableResult
-    public mutating func remove(_ entry: Entry) -> Bool {
+    package mutating func remove(_ entry: Entry) -> Bool {
         guard let index = self.queue.firstIndex(where: { $0 === entry }) else { return false }
         self.queue.remove(at: index)
         return true
     }
 
     /// Empties the queue, returning what it held.
-    public mutating func removeAll() -> [Entry] {
+    package mutating func removeAll() -> [Entry] {
         // Copying an empty Deque into an Array writes the shared empty-array storage, which
         // ThreadSanitizer reports between connections closing at once: there is nothing to copy anyway.
         guard !self.queue.isEmpty else { return [] }

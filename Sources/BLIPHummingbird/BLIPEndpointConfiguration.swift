@@ -1,6 +1,6 @@
 public import BLIP
 internal import BLIPWebSocket
-public import NIOCore
+internal import NIOCore
 
 /// How a BLIP endpoint mounted on a Hummingbird router negotiates and runs its connections: the same
 /// settings, with the same defaults, as `BLIPWebSocketServer.Configuration` has for the standalone server.
@@ -10,16 +10,16 @@ public struct BLIPEndpointConfiguration: Sendable {
     public var subprotocols = BLIPSubprotocol.serverDefaults
     /// Clients that offer no subprotocol speak the seed dialect (otherwise they are refused).
     public var acceptsSeedDialect = false
-    public var heartbeatInterval: TimeAmount? = .seconds(300)
-    public var heartbeatTimeout = TimeAmount.seconds(30)
+    public var heartbeatInterval: Duration? = .seconds(300)
+    public var heartbeatTimeout = Duration.seconds(30)
     /// After sending a close frame, how long to wait for the peer's before closing the TCP connection.
-    public var closeTimeout = TimeAmount.seconds(2)
+    public var closeTimeout = Duration.seconds(2)
     /// The largest WebSocket message accepted (fragments reassembled); a single frame is also bounded by
     /// the server builder's `maximumFrameSize`.
     public var maximumMessageSize = 1 << 20
     /// How long each connection may finish what is in flight when the application shuts down gracefully,
     /// before it is closed with 1001 anyway.
-    public var shutdownDrainTimeout = Duration.seconds(10)
+    public var drainTimeout = Duration.seconds(10)
     public var connection = BLIPConnection.Configuration()
     /// Origins, besides the endpoint's own, whose web pages may open connections (exact origins, host
     /// patterns such as `*.example.com`, or `*` for all), checked before `shouldUpgrade`: an upgrade from

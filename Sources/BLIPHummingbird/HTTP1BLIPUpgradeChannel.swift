@@ -105,9 +105,9 @@ public struct HTTP1BLIPUpgradeChannel: ServerChildChannel, HTTPChannelHandler {
                             router: accepted.router,
                             configuration: accepted.configuration.connection,
                             settings: UpgradedServerChannel.Settings(
-                                heartbeatInterval: accepted.configuration.heartbeatInterval,
-                                heartbeatTimeout: accepted.configuration.heartbeatTimeout,
-                                closeTimeout: accepted.configuration.closeTimeout,
+                                heartbeatInterval: accepted.configuration.heartbeatInterval.map(TimeAmount.init),
+                                heartbeatTimeout: TimeAmount(accepted.configuration.heartbeatTimeout),
+                                closeTimeout: TimeAmount(accepted.configuration.closeTimeout),
                                 maximumMessageSize: accepted.configuration.maximumMessageSize,
                                 frameSize: accepted.configuration.connection.frameSize,
                                 logger: logger
@@ -115,7 +115,7 @@ public struct HTTP1BLIPUpgradeChannel: ServerChildChannel, HTTPChannelHandler {
                         )
                         return .blip(
                             connection,
-                            drainTimeout: accepted.configuration.shutdownDrainTimeout,
+                            drainTimeout: accepted.configuration.drainTimeout,
                             onConnection: accepted.onConnection
                         )
                     }

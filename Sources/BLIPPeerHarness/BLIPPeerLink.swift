@@ -1,6 +1,6 @@
-public import BLIPEngine
+package import BLIPEngine
 internal import DequeModule
-public import NIOCore
+package import NIOCore
 
 /// Two engines back to back over an in-memory link with a virtual clock, under the test's full control:
 /// frames can be delivered whole or one at a time, held in one direction, delayed, or the link cut at
@@ -12,60 +12,60 @@ public import NIOCore
 /// try link.write(from: .client)
 /// let results = link.deliver(from: .client)   // the server's engine events
 /// ```
-public final class BLIPPeerLink {
-    public enum Side: Hashable, Sendable, CaseIterable, CustomStringConvertible {
+package final class BLIPPeerLink {
+    package enum Side: Hashable, Sendable, CaseIterable, CustomStringConvertible {
         case client
         case server
 
-        public var other: Side { self == .client ? .server : .client }
-        public var description: String { self == .client ? "client" : "server" }
+        package var other: Side { self == .client ? .server : .client }
+        package var description: String { self == .client ? "client" : "server" }
     }
 
     /// What delivering one frame did at the receiving side.
-    public enum Delivery: Sendable {
+    package enum Delivery: Sendable {
         case received(BLIPReceiveResult)
         /// The receiving engine found a fatal protocol error; the link is cut.
         case failed(BLIPEngineError)
     }
 
-    public let client: BLIPConnectionEngine
-    public let server: BLIPConnectionEngine
+    package let client: BLIPConnectionEngine
+    package let server: BLIPConnectionEngine
     /// The virtual clock the engines are given.
-    public private(set) var now = NIODeadline.uptimeNanoseconds(1_000_000_000)
+    package private(set) var now = NIODeadline.uptimeNanoseconds(1_000_000_000)
     /// How long a frame takes to reach the other side.
-    public var oneWayDelay = TimeAmount.zero
+    package var oneWayDelay = TimeAmount.zero
     /// Directions whose frames stay on the wire until released.
-    public var held: Set<Side> = []
-    public private(set) var isCut = false
+    package var held: Set<Side> = []
+    package private(set) var isCut = false
     /// Every frame each side has written, in order.
-    public private(set) var sentFrames: [Side: [BLIPSentFrame]] = [.client: [], .server: []]
+    package private(set) var sentFrames: [Side: [BLIPSentFrame]] = [.client: [], .server: []]
     /// Frames delivered so far, both directions.
-    public private(set) var deliveredCount = 0
+    package private(set) var deliveredCount = 0
 
     private var wire: [Side: Deque<(frame: ByteBuffer, arrival: NIODeadline)>] = [.client: [], .server: []]
 
-    public init(client: BLIPEngineConfiguration, server: BLIPEngineConfiguration) {
+    package init(client: BLIPEngineConfiguration, server: BLIPEngineConfiguration) {
         self.client = BLIPConnectionEngine(configuration: client)
         self.server = BLIPConnectionEngine(configuration: server)
     }
 
-    public convenience init(configuration: BLIPEngineConfiguration = BLIPEngineConfiguration()) {
+    package convenience init(configuration: BLIPEngineConfiguration = BLIPEngineConfiguration()) {
         self.init(client: configuration, server: configuration)
     }
 
-    public func engine(_ side: Side) -> BLIPConnectionEngine {
+    package func engine(_ side: Side) -> BLIPConnectionEngine {
         side == .client ? self.client : self.server
     }
 
     /// Frames written by `side` and not yet delivered.
-    public func framesInFlight(from side: Side) -> Int {
+    package func framesInFlight(from side: Side) -> Int {
         self.wire[side]!.count
     }
 
     /// Pulls up to `limit` frames from `side`'s engine onto the wire (as a writer does while the socket
     /// is writable). Nothing is written once the link is cut.
     @discardableResult
-    public func write(from side: Side, limit: Int = .max) throws(BLIPEngineError) -> [BLIPSentFrame] {
+    package func write(from side: Side, limit: Int = .max) throws(BLIPEngineError) -> [BLIPSentFrame] {
         var written: [BLIPSentFrame] = []
         while !self.isCut && written.count < limit {
             var buffer = ByteBuffer()
@@ -79,7 +79,7 @@ public final class BLIPPeerLink {
 
     /// Delivers up to `limit` frames written by `side` to the other side, oldest first, if their delay
     /// has passed and the direction is not held. A fatal error at the receiver cuts the link.
-    public func deliver(from side: Side, limit: Int = .max) -> [Delivery] {
+    package func deliver(from side: Side, limit: Int = .max) -> [Delivery] {
         var deliveries: [Delivery] = []
         let receiver = self.engine(side.other)
         while !self.isCut, !self.held.contains(side), deliveries.count < limit,
@@ -98,18 +98,18 @@ public final class BLIPPeerLink {
     }
 
     /// Moves the virtual clock forward.
-    public func advance(by amount: TimeAmount) {
+    package func advance(by amount: TimeAmount) {
         self.now = self.now + amount
     }
 
     /// The time at which the oldest frame from `side` arrives, if any is in flight.
-    public func nextArrival(from side: Side) -> NIODeadline? {
+    package func nextArrival(from side: Side) -> NIODeadline? {
         self.wire[side]!.first?.arrival
     }
 
     /// Cuts the link: frames in flight are lost and nothing more is written or delivered. The engines
     /// are not closed; the test closes them (as each side's transport would report the loss).
-    public func cut() {
+    package func cut() {
         self.isCut = true
         self.wire[.client]!.removeAll()
         self.wire[.server]!.removeAll()

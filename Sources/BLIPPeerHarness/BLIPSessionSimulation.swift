@@ -1,5 +1,5 @@
 internal import BLIPEngine
-public import BLIPWire
+package import BLIPWire
 internal import DequeModule
 internal import NIOCore
 
@@ -13,38 +13,38 @@ internal import NIOCore
 /// requests start in number order (1, 2, 3 ... per direction); no frame exceeds its budget; an urgent
 /// message never waits behind more than one frame of any normal message; and the bytes a receiver
 /// holds for a message stay within the sender's window plus one frame. Replay a failure with its seed.
-public struct BLIPSessionSimulation {
-    public struct Options: Sendable {
-        public var seed: UInt64
+package struct BLIPSessionSimulation {
+    package struct Options: Sendable {
+        package var seed: UInt64
         /// The dialect; by default chosen from the seed.
-        public var dialect: BLIPDialect?
-        public var maximumBodySize = 4 << 20
+        package var dialect: BLIPDialect?
+        package var maximumBodySize = 4 << 20
         /// Simulation steps before the session counts as hung.
-        public var maximumSteps = 400_000
+        package var maximumSteps = 400_000
         /// Print every frame sent (for replaying a failure).
-        public var trace = false
+        package var trace = false
 
-        public init(seed: UInt64, dialect: BLIPDialect? = nil) {
+        package init(seed: UInt64, dialect: BLIPDialect? = nil) {
             self.seed = seed
             self.dialect = dialect
         }
     }
 
-    public struct Report: Sendable, CustomStringConvertible {
-        public var seed: UInt64
-        public var dialect: BLIPDialect = .blip3
-        public var violations: [String] = []
-        public var requests = 0
-        public var replies = 0
-        public var errorReplies = 0
-        public var connectionErrors = 0
-        public var cancelled = 0
-        public var framesSent = 0
-        public var bodyBytesDelivered = 0
-        public var linkWasCut = false
-        public var steps = 0
+    package struct Report: Sendable, CustomStringConvertible {
+        package var seed: UInt64
+        package var dialect: BLIPDialect = .blip3
+        package var violations: [String] = []
+        package var requests = 0
+        package var replies = 0
+        package var errorReplies = 0
+        package var connectionErrors = 0
+        package var cancelled = 0
+        package var framesSent = 0
+        package var bodyBytesDelivered = 0
+        package var linkWasCut = false
+        package var steps = 0
 
-        public var description: String {
+        package var description: String {
             let outcome =
                 self.violations.isEmpty ? "ok" : "FAILED: " + self.violations.prefix(5).joined(separator: "; ")
             return "seed \(self.seed) \(self.dialect): \(self.requests) requests, \(self.replies) replies, "
@@ -53,7 +53,7 @@ public struct BLIPSessionSimulation {
         }
     }
 
-    public static func run(_ options: Options) -> Report {
+    package static func run(_ options: Options) -> Report {
         var random = SimulationRandom(seed: options.seed)
         var report = Report(seed: options.seed)
         let dialect = options.dialect ?? BLIPDialect.allCases[random.int(in: 0...2)]

@@ -1,10 +1,10 @@
 internal import BLIPWire
-public import NIOCore
+package import NIOCore
 
 /// A message body the simulation can produce in pieces and check by length and CRC-32, so that a 4 MiB
 /// body never has to be kept to compare against.
-public struct SimulatedBody: Hashable, Sendable {
-    public enum Kind: Hashable, Sendable, CaseIterable {
+package struct SimulatedBody: Hashable, Sendable {
+    package enum Kind: Hashable, Sendable, CaseIterable {
         /// xorshift64* bytes: incompressible.
         case random
         /// JSON lines: compressible.
@@ -12,18 +12,18 @@ public struct SimulatedBody: Hashable, Sendable {
         case zeros
     }
 
-    public var kind: Kind
-    public var length: Int
-    public var seed: UInt64
+    package var kind: Kind
+    package var length: Int
+    package var seed: UInt64
 
-    public init(kind: Kind, length: Int, seed: UInt64) {
+    package init(kind: Kind, length: Int, seed: UInt64) {
         self.kind = kind
         self.length = length
         self.seed = seed
     }
 
     /// Bytes `range` of the body.
-    public func bytes(_ range: Range<Int>) -> ByteBuffer {
+    package func bytes(_ range: Range<Int>) -> ByteBuffer {
         var buffer = ByteBuffer()
         guard !range.isEmpty else { return buffer }
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: range.count) { target in
@@ -69,7 +69,7 @@ public struct SimulatedBody: Hashable, Sendable {
     )
 
     /// CRC-32 of the whole body.
-    public var checksum: UInt32 {
+    package var checksum: UInt32 {
         var checksum = BLIPRunningChecksum()
         var offset = 0
         while offset < self.length {

@@ -1,13 +1,13 @@
 /// SplitMix64: a small, fast, seedable generator, so that every simulated session can be replayed from
 /// its seed.
-public struct SimulationRandom: RandomNumberGenerator, Sendable {
+package struct SimulationRandom: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
-    public init(seed: UInt64) {
+    package init(seed: UInt64) {
         self.state = seed
     }
 
-    public mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         self.state &+= 0x9E37_79B9_7F4A_7C15
         var z = self.state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -16,11 +16,11 @@ public struct SimulationRandom: RandomNumberGenerator, Sendable {
     }
 
     /// True with probability `probability`.
-    public mutating func chance(_ probability: Double) -> Bool {
+    package mutating func chance(_ probability: Double) -> Bool {
         Double.random(in: 0..<1, using: &self) < probability
     }
 
-    public mutating func int(in range: ClosedRange<Int>) -> Int {
+    package mutating func int(in range: ClosedRange<Int>) -> Int {
         Int.random(in: range, using: &self)
     }
 }

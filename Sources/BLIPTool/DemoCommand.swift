@@ -152,11 +152,11 @@ struct DemoCommand: AsyncParsableCommand {
                 return steps
             }
         } catch {
-            await server.shutdown()
+            await server.close()
             await serving
             throw error
         }
-        await server.shutdown()
+        await server.close()
         await serving
 
         print("")

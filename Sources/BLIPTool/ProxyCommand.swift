@@ -111,7 +111,7 @@ struct ProxyCommand: AsyncParsableCommand {
             }
         }
         for await _ in signals { break }
-        await proxy.shutdown()
+        await proxy.close()
         flushing.cancel()
         output.flush()
     }

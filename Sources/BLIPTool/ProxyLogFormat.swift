@@ -174,8 +174,9 @@ struct ProxyLogFormat: Sendable {
     }
 
     /// The duration in whole microseconds (halves away from zero): milliseconds to three places.
-    static func microseconds(_ duration: TimeAmount) -> Int {
-        let nanoseconds = Int(duration.nanoseconds)
+    static func microseconds(_ duration: Duration) -> Int {
+        let (seconds, attoseconds) = duration.components
+        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
         let (whole, rest) = nanoseconds.quotientAndRemainder(dividingBy: 1_000)
         return rest.magnitude >= 500 ? whole + nanoseconds.signum() : whole
     }

@@ -130,7 +130,7 @@ struct RequestCommand: AsyncParsableCommand {
     /// What a refused handshake said, for standard error: the status line, the headers that say what to do
     /// next, and the start of the body.
     static func report(_ refusal: BLIPHandshakeError) -> String {
-        var lines = ["blip: the server refused the WebSocket handshake (\(refusal.kind))"]
+        var lines = ["blip: the server refused the WebSocket handshake (\(refusal.code))"]
         if let detail = refusal.detail { lines.append("blip: \(detail)") }
         for url in refusal.redirects { lines.append("redirected from \(url)") }
         lines.append("HTTP \(refusal.status) \(refusal.reason) from \(refusal.url)")
@@ -150,7 +150,7 @@ struct RequestCommand: AsyncParsableCommand {
     static func jsonObject(_ refusal: BLIPHandshakeError) -> [String: Any] {
         var object: [String: Any] = [
             "type": "handshake-refused",
-            "kind": "\(refusal.kind)",
+            "kind": "\(refusal.code)",
             "status": refusal.status,
             "url": refusal.url,
             "redirects": refusal.redirects,

@@ -137,7 +137,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maximumMessageSize = self.maxMessageSize
         configuration.maximumConnections = self.maxConnections
         configuration.handshakeTimeout = .nanoseconds(Int64(self.handshakeTimeout * 1e9))
-        configuration.shutdownDrainTimeout = .nanoseconds(Int64(self.drainTimeout * 1e9))
+        configuration.drainTimeout = .nanoseconds(Int64(self.drainTimeout * 1e9))
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         configuration.rawEndpointMode = self.echoOnly ? .echo : .benchmark
         configuration.connection.unhandledRequests = .deliver

@@ -86,7 +86,7 @@ struct SessionCommand: AsyncParsableCommand {
         let session = BLIPSession(url: self.url, configuration: configuration, logger: logger)
         let tally = SessionTally()
         let printer = Task { await self.printStates(of: session, tally: tally) }
-        let signals = SignalStop.install { session.stop() }
+        let signals = SignalStop.install { session.close() }
         let sender = Task { await self.send(over: session, tally: tally) }
         var ending: BLIPSession.Ending = .stoppedByApplication
         do {
@@ -111,7 +111,7 @@ struct SessionCommand: AsyncParsableCommand {
             await self.sendAtInterval(over: session, tally: tally)
         }
         if let bulk = self.bulk { await self.sendBulk(bulk, over: session, tally: tally) }
-        session.stop()
+        session.close()
     }
 
     /// `count` echo requests with `inFlight` of them waiting at a time, in order, on the connection of the

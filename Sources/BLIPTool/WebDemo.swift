@@ -45,7 +45,7 @@ struct WebDemo {
         }
         if let duration = self.duration {
             try? await Task.sleep(for: duration)
-            await server.shutdown()
+            await server.close()
         }
         await serving
     }

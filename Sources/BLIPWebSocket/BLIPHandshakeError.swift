@@ -1,10 +1,10 @@
 public import BLIP
 
 /// The server answered the WebSocket upgrade request, but not with a usable WebSocket: what it said (status,
-/// headers, the start of the body) and a ``Kind`` that a retry policy can switch on. Failures to reach the
+/// headers, the start of the body) and a ``Code`` that a retry policy can switch on. Failures to reach the
 /// server at all (TCP, TLS) are `BLIPConnectionError` with code `transportFailed`.
 public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringConvertible {
-    public struct Kind: Hashable, Sendable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: Hashable, Sendable {
             case unauthorized, forbidden, notFound, subprotocolRefused, redirect, tooManyRedirects, redirectLoop
             case insecureRedirect, rateLimited, serverError, notWebSocket, refused
@@ -13,37 +13,37 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
         private var base: Base
 
         /// 401: credentials are missing or wrong; ``BLIPHandshakeError/challenges`` says which scheme to use.
-        public static let unauthorized = Kind(base: .unauthorized)
+        public static let unauthorized = Code(base: .unauthorized)
         /// 403: these credentials may not connect here.
-        public static let forbidden = Kind(base: .forbidden)
+        public static let forbidden = Code(base: .forbidden)
         /// 404: no endpoint (or no database) at this path.
-        public static let notFound = Kind(base: .notFound)
+        public static let notFound = Code(base: .notFound)
         /// The server speaks none of the subprotocols offered: a 101 without one of them, or go-blip's
         /// HTTP 500 "I only speak ... protocols".
-        public static let subprotocolRefused = Kind(base: .subprotocolRefused)
+        public static let subprotocolRefused = Code(base: .subprotocolRefused)
         /// A 3xx that was not followed (redirects off, a 3xx that is not followed, or a Location that is not
         /// a ws, wss, http or https URL); see ``BLIPHandshakeError/location``.
-        public static let redirect = Kind(base: .redirect)
+        public static let redirect = Code(base: .redirect)
         /// More redirects than ``BLIPWebSocketClient/Configuration/maximumRedirects``.
-        public static let tooManyRedirects = Kind(base: .tooManyRedirects)
+        public static let tooManyRedirects = Code(base: .tooManyRedirects)
         /// A redirect back to a URL already requested.
-        public static let redirectLoop = Kind(base: .redirectLoop)
+        public static let redirectLoop = Code(base: .redirectLoop)
         /// A redirect from `wss://` to `ws://`, which would send the request (and credentials) in clear.
-        public static let insecureRedirect = Kind(base: .insecureRedirect)
+        public static let insecureRedirect = Code(base: .insecureRedirect)
         /// 429: too many requests; ``BLIPHandshakeError/retryAfter`` may say when to try again.
-        public static let rateLimited = Kind(base: .rateLimited)
+        public static let rateLimited = Code(base: .rateLimited)
         /// 5xx (other than a subprotocol refusal).
-        public static let serverError = Kind(base: .serverError)
+        public static let serverError = Code(base: .serverError)
         /// A success that is not a WebSocket upgrade (200, say, from a web server or proxy), or a 101 that is
         /// not a valid one (wrong `Sec-WebSocket-Accept`, no `Upgrade: websocket`).
-        public static let notWebSocket = Kind(base: .notWebSocket)
+        public static let notWebSocket = Code(base: .notWebSocket)
         /// Any other refusal (400, 405, 426...).
-        public static let refused = Kind(base: .refused)
+        public static let refused = Code(base: .refused)
 
         public var description: String { String(describing: self.base) }
 
         /// The kind of a response that is not a 101.
-        static func of(status: Int, body: [UInt8]) -> Kind {
+        static func of(status: Int, body: [UInt8]) -> Code {
             switch status {
             case 401: return .unauthorized
             case 403: return .forbidden
@@ -62,7 +62,7 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
     /// nothing.
     public static let bodyExcerptLimit = 4096
 
-    public var kind: Kind
+    public var code: Code
     /// The URL that gave this answer (the last one, after redirects). Without credentials.
     public var url: String
     /// The URLs that redirected before ``url``, in order (empty without redirects).
@@ -80,7 +80,7 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
     public var offeredSubprotocols: [String]
 
     public init(
-        kind: Kind,
+        code: Code,
         url: String,
         redirects: [String] = [],
         status: Int,
@@ -91,7 +91,7 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
         detail: String? = nil,
         offeredSubprotocols: [String] = []
     ) {
-        self.kind = kind
+        self.code = code
         self.url = url
         self.redirects = redirects
         self.status = status
@@ -106,7 +106,7 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
     /// The subprotocols the server speaks, as its refusal names them (go-blip's and this package's HTTP 500
     /// "I only speak A, B protocols"); empty when it did not say.
     public var serverSubprotocols: [String] {
-        guard self.kind == .subprotocolRefused, self.status == 500 else { return [] }
+        guard self.code == .subprotocolRefused, self.status == 500 else { return [] }
         let text = self.bodyText.prefix { $0 != "\n" && $0 != "\r" }
         guard text.hasPrefix("I only speak "), text.hasSuffix(" protocols") else { return [] }
         return text.dropFirst("I only speak ".count).dropLast(" protocols".count)
@@ -129,14 +129,14 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
     /// Whether trying again later can succeed without changing anything: server errors, 429 and 408. A
     /// refusal of credentials, a missing endpoint or a redirect problem needs a change first.
     public var isTransient: Bool {
-        self.kind == .serverError || self.kind == .rateLimited || self.status == 408
+        self.code == .serverError || self.code == .rateLimited || self.status == 408
     }
 
     /// The body excerpt as text (invalid UTF-8 repaired).
     public var bodyText: String { String(decoding: self.body, as: UTF8.self) }
 
     public var description: String {
-        var text = "BLIPHandshakeError(\(self.kind): HTTP \(self.status) \(self.reason) from \(self.url)"
+        var text = "BLIPHandshakeError(\(self.code): HTTP \(self.status) \(self.reason) from \(self.url)"
         if let detail { text += ": \(detail)" }
         let firstLine = self.bodyText.prefix { $0 != "\n" && $0 != "\r" }
         if !firstLine.isEmpty { text += ": \(firstLine)" }

@@ -40,7 +40,7 @@ public final class BLIPInspectingProxy: Sendable {
         public var maximumDigestedBodySize = 1 << 20
         /// The largest request or response head read.
         public var maximumHeadSize = 16 * 1024
-        public var connectTimeout = TimeAmount.seconds(10)
+        public var connectTimeout = Duration.seconds(10)
 
         /// The fields that carry credentials, for ``redactedHeaders``.
         public static let credentialHeaders: Set<String> = [
@@ -79,7 +79,7 @@ public final class BLIPInspectingProxy: Sendable {
             /// client got a 502.
             case upstreamUnreachable(String)
             /// A message's last frame passed; `duration` is the time since its first frame passed.
-            case message(Direction, BLIPTrafficDecoder.Message, duration: TimeAmount)
+            case message(Direction, BLIPTrafficDecoder.Message, duration: Duration)
             case ack(Direction, BLIPFrameHeader, byteCount: UInt64)
             case control(Direction, Control)
             /// This direction is no longer decoded (a bad frame, a checksum mismatch, an inflate failure,
@@ -168,7 +168,7 @@ public final class BLIPInspectingProxy: Sendable {
 
     /// Stops listening and closes every relayed connection (both sockets) at once; returns when they are
     /// closed and their last events reported.
-    public func shutdown() async {
+    public func close() async {
         try? await self.channel.close()
         let channels = self.connections.all
         for channel in channels { channel.close(promise: nil) }

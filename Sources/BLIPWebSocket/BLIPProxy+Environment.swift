@@ -10,7 +10,7 @@ extension BLIPProxy {
     /// matter); an IP address or a CIDR range such as `10.0.0.0/8`. Beyond curl, as Go reads it, an entry
     /// with `:port` covers that port only.
     ///
-    /// A value without a scheme is an HTTP proxy. Throws ``BLIPProxyError`` (kind `invalidResponse`) for
+    /// A value without a scheme is an HTTP proxy. Throws ``BLIPProxyError`` (code `invalidResponse`) for
     /// one this package cannot use (`https://`, `socks4://`, garbage): connecting directly instead could go
     /// around a proxy the network requires.
     public static func fromEnvironment(
@@ -32,7 +32,7 @@ extension BLIPProxy {
         guard let proxy = BLIPProxy(url: url) else {
             let shown = url.split(separator: "@").last.map(String.init) ?? ""  // never the credentials
             throw BLIPProxyError(
-                kind: .invalidResponse,
+                code: .invalidResponse,
                 proxy: shown,
                 reason: "the environment names a proxy this client cannot use (http:// and socks5:// only)"
             )

@@ -1,10 +1,10 @@
 public import BLIP
 
 /// The proxy did not open the way to the server: it could not be reached, refused (with its status), closed,
-/// or took too long. A ``Kind`` that a retry policy can switch on; what the server itself answers is a
+/// or took too long. A ``Code`` that a retry policy can switch on; what the server itself answers is a
 /// ``BLIPHandshakeError`` as without a proxy.
 public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvertible {
-    public struct Kind: Hashable, Sendable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: Hashable, Sendable {
             case unreachable, authenticationRequired, refused, closed, timedOut, invalidResponse
         }
@@ -12,26 +12,26 @@ public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvert
         private var base: Base
 
         /// No TCP connection to the proxy (refused, unreachable, or not within the connect timeout).
-        public static let unreachable = Kind(base: .unreachable)
+        public static let unreachable = Code(base: .unreachable)
         /// 407 (or 401, which some proxies send for wrong credentials): the proxy wants credentials, or other
         /// ones; ``BLIPProxyError/challenges`` says which scheme. A SOCKS5 proxy that accepts none of the
         /// offered methods, or rejects the username and password.
-        public static let authenticationRequired = Kind(base: .authenticationRequired)
+        public static let authenticationRequired = Code(base: .authenticationRequired)
         /// Any other status than 2xx: 403 (the proxy may not reach that host or port), 502 (it could not),
         /// and so on; see ``BLIPProxyError/status``. From a SOCKS5 proxy, any reply but success; see
         /// ``BLIPProxyError/socksReply``.
-        public static let refused = Kind(base: .refused)
+        public static let refused = Code(base: .refused)
         /// The proxy closed the connection before the tunnel was open.
-        public static let closed = Kind(base: .closed)
+        public static let closed = Code(base: .closed)
         /// The tunnel was not open within the handshake timeout.
-        public static let timedOut = Kind(base: .timedOut)
+        public static let timedOut = Code(base: .timedOut)
         /// A 2xx with a body, or an answer that is not HTTP.
-        public static let invalidResponse = Kind(base: .invalidResponse)
+        public static let invalidResponse = Code(base: .invalidResponse)
 
         public var description: String { String(describing: self.base) }
     }
 
-    public var kind: Kind
+    public var code: Code
     /// The proxy, without credentials.
     public var proxy: String
     /// The HTTP status the proxy answered, if it answered.
@@ -45,7 +45,7 @@ public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvert
     public var underlying: (any Error)?
 
     public init(
-        kind: Kind,
+        code: Code,
         proxy: String,
         status: Int? = nil,
         socksReply: UInt8? = nil,
@@ -53,7 +53,7 @@ public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvert
         headers: BLIPHTTPFields = [:],
         underlying: (any Error)? = nil
     ) {
-        self.kind = kind
+        self.code = code
         self.proxy = proxy
         self.status = status
         self.socksReply = socksReply
@@ -73,7 +73,7 @@ public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvert
     /// server (HTTP 502, 503, 504; SOCKS5 replies 1, 3, 4, 5, 6), closed, timed out or could not be reached
     /// itself.
     public var isTransient: Bool {
-        switch self.kind {
+        switch self.code {
         case .unreachable, .closed, .timedOut: true
         case .refused:
             if let reply = self.socksReply {
@@ -86,7 +86,7 @@ public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvert
     }
 
     public var description: String {
-        var text = "BLIPProxyError(\(self.kind) from proxy \(self.proxy)"
+        var text = "BLIPProxyError(\(self.code) from proxy \(self.proxy)"
         if let status = self.status { text += ": HTTP \(status) \(self.reason ?? "")" }
         if let reply = self.socksReply { text += ": SOCKS5 reply \(reply) \(self.reason ?? "")" }
         if self.status == nil, self.socksReply == nil, let reason = self.reason { text += ": \(reason)" }

@@ -62,7 +62,7 @@ public final class BLIPSession: Sendable {
 
     /// How a session ended.
     public enum Ending: Sendable, CustomStringConvertible {
-        /// ``BLIPSession/stop()`` was called.
+        /// ``BLIPSession/close()`` was called.
         case stoppedByApplication
         /// An ending that trying again would not mend (credentials refused, a protocol error...).
         case permanentFailure(any Error)
@@ -109,7 +109,7 @@ public final class BLIPSession: Sendable {
         var nextObserver: UInt64 = 0
         var stopRequested = false
         var isRunning = false
-        /// Resumes the wait before the next attempt early (``reconnectNow()``, ``stop()``).
+        /// Resumes the wait before the next attempt early (``reconnectNow()``, ``close()``).
         var wake: CheckedContinuation<Void, Never>?
         var woken = false
         var connections = 0
@@ -159,7 +159,7 @@ public final class BLIPSession: Sendable {
     }
 
     /// Stops the session: the connection, if any, closes normally, and ``run(_:)`` returns.
-    public func stop() {
+    public func close() {
         let connection = self.shared.withLockedValue { shared -> BLIPConnection? in
             shared.stopRequested = true
             if case .connected(let connection) = shared.state { return connection }
@@ -169,7 +169,7 @@ public final class BLIPSession: Sendable {
         if let connection { Task { await connection.close() } }
     }
 
-    /// Runs the session until ``stop()`` (returns) or an ending that is not transient, or the retry policy
+    /// Runs the session until ``close()`` (returns) or an ending that is not transient, or the retry policy
     /// giving up (throws ``Stopped``). `work` runs once per connection, as soon as it is established; the
     /// connection stays open after it returns, until it ends. Its error ends the session, unless it is the
     /// connection's own end.
@@ -203,7 +203,7 @@ public final class BLIPSession: Sendable {
                     attempts = 0
                     refreshed = false
                 }
-                if let refusal = error as? BLIPHandshakeError, refusal.kind == .unauthorized, !refreshed,
+                if let refusal = error as? BLIPHandshakeError, refusal.code == .unauthorized, !refreshed,
                     let refresh = self.configuration.refreshCredentials
                 {
                     refreshed = true
@@ -314,7 +314,7 @@ public final class BLIPSession: Sendable {
         for observer in observers { observer.yield(state) }
     }
 
-    /// Waits `delay`, or less if woken (``reconnectNow()``, ``stop()``).
+    /// Waits `delay`, or less if woken (``reconnectNow()``, ``close()``).
     private func wait(_ delay: Duration) async {
         let sleeper = Task { [weak self] in
             try? await Task.sleep(for: delay)

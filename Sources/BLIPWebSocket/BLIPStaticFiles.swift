@@ -1,4 +1,4 @@
-public import NIOCore
+internal import NIOCore
 
 /// Plain HTTP files served on the same port as a ``BLIPWebSocketServer``'s BLIP endpoint: the browser
 /// client module (``BLIPBrowserClient``) and, optionally, an application's own page and assets from a
@@ -30,7 +30,7 @@ public struct BLIPStaticFiles: Sendable, Hashable {
     /// How long one 64 KiB chunk of a file may take to be written before the client is given up on. The
     /// request itself must come within the server's handshake timeout; a file's body may take as long as
     /// its reader keeps reading.
-    public var writeTimeout = TimeAmount.seconds(10)
+    public var writeTimeout = Duration.seconds(10)
 
     public init(
         directory: String? = nil,

@@ -1,4 +1,9 @@
 public import BLIP
+#if canImport(FoundationEssentials)
+    public import FoundationEssentials
+#else
+    public import Foundation
+#endif
 internal import BLIPWire
 internal import Crypto
 public import Logging
@@ -18,19 +23,22 @@ public enum BLIPWebSocketClient {
         /// A one-time session token, offered as the extra subprotocol entry `SyncGatewaySession_<token>`
         /// after the BLIP ones, as browsers authenticate to Sync Gateway 3.3+. The server never chooses it.
         public var sessionToken: String?
-        /// Extra request headers, such as `Authorization` or `Cookie`. An `Authorization` here wins over
-        /// credentials in the URL.
+        /// Extra request headers. An `Authorization` here wins over ``credentials`` and credentials in
+        /// the URL.
         public var headers: [(name: String, value: String)] = []
+        /// Credentials sent with the handshake to the URL's origin; they win over a user and password in
+        /// the URL.
+        public var credentials: BLIPCredentials?
         /// How many redirects (301, 302, 303, 307, 308) of the handshake are followed; 0 turns following
-        /// off, and a redirect then fails with a ``BLIPHandshakeError`` of kind `redirect`.
+        /// off, and a redirect then fails with a ``BLIPHandshakeError`` with code `redirect`.
         public var maximumRedirects = 5
         /// How long the TCP connection may take. 30 s: a SYN that is lost is sent again after 1, 3, 7 and
         /// 15 s, and at 10 s (the earlier default) even loopback connects to a busy server failed.
-        public var connectTimeout = TimeAmount.seconds(30)
+        public var connectTimeout = Duration.seconds(30)
         /// How long the TLS and WebSocket handshakes may take once connected (each redirect anew): a
         /// server that accepts and never answers fails the connect with
         /// `BLIPConnectionError.Code.timedOut` instead of holding it forever.
-        public var handshakeTimeout = TimeAmount.seconds(30)
+        public var handshakeTimeout = Duration.seconds(30)
         public var tls = TLS()
         /// Reach the server through this proxy (nil: connect directly). The connect timeout covers the TCP
         /// connection to the proxy, the handshake timeout the tunnel and then the TLS and WebSocket handshakes.
@@ -40,11 +48,11 @@ public enum BLIPWebSocketClient {
         /// ``BLIPProxy/fromEnvironment(host:port:isSecure:environment:)``.
         public var proxyEnvironment: [String: String]?
         /// WebSocket ping every this often; nil or zero turns the heartbeat off.
-        public var heartbeatInterval: TimeAmount? = .seconds(300)
+        public var heartbeatInterval: Duration? = .seconds(300)
         /// The connection fails if a ping gets no pong within this.
-        public var heartbeatTimeout = TimeAmount.seconds(30)
+        public var heartbeatTimeout = Duration.seconds(30)
         /// After sending a close frame, how long to wait for the peer's before closing the TCP connection.
-        public var closeTimeout = TimeAmount.seconds(2)
+        public var closeTimeout = Duration.seconds(2)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
         /// Write every frame to a new folder `connection-NNN` under this one (see ``BLIPFrameCapture``).
@@ -153,6 +161,28 @@ public enum BLIPWebSocketClient {
         }
     }
 
+    /// Connects to `url` (a `ws://` or `wss://` URL), runs `body` with the connection, then closes it
+    /// normally, as the overload taking the URL as text does.
+    public static func connect<Result: Sendable>(
+        to url: URL,
+        configuration: Configuration = Configuration(),
+        router: BLIPRouter = BLIPRouter(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger = Logger(label: "blip.websocket.client"),
+        isolation: isolated (any Actor)? = #isolation,
+        _ body: (BLIPConnection) async throws -> Result
+    ) async throws -> Result {
+        try await self.connect(
+            to: url.absoluteString,
+            configuration: configuration,
+            router: router,
+            eventLoopGroup: eventLoopGroup,
+            logger: logger,
+            isolation: isolation,
+            body
+        )
+    }
+
     /// Performs the WebSocket handshake and returns the transport, for a ``BLIP/BLIPConnection`` that the caller
     /// runs itself.
     public static func openTransport(
@@ -184,7 +214,8 @@ public enum BLIPWebSocketClient {
             throw BLIPConnectionError(.handshakeFailed, "not a ws:// or wss:// URL: \(urlString)")
         }
         var headers = BLIPHTTPFields(configuration.headers.map { ($0.name, $0.value) })
-        self.addCredentials(of: url, to: &headers, logger: logger)
+        let origin = url
+        self.addCredentials(of: url, configured: configuration.credentials, to: &headers, logger: logger)
         var redirects = HandshakeRedirects(maximum: configuration.maximumRedirects)
         while true {
             do {
@@ -203,21 +234,36 @@ public enum BLIPWebSocketClient {
                     headers.remove("Authorization")
                     headers.remove("Cookie")
                 }
-                self.addCredentials(of: next, to: &headers, logger: logger)
+                // Configured credentials go to the first URL's origin only.
+                let configured = next.hasSameOrigin(as: origin) ? configuration.credentials : nil
+                self.addCredentials(of: next, configured: configured, to: &headers, logger: logger)
                 logger.debug("redirected", metadata: ["blip.url": "\(url)", "blip.location": "\(next)"])
                 url = next
             }
         }
     }
 
-    /// The URL's user and password as `Authorization: Basic`, unless the headers already authorize.
-    private static func addCredentials(of url: BLIPWebSocketURL, to headers: inout BLIPHTTPFields, logger: Logger) {
-        guard let basic = url.basicAuthorization else { return }
+    /// The configured credentials, or else the URL's user and password as `Authorization: Basic`, unless
+    /// the headers already authorize. A session cookie joins the headers' other cookies.
+    private static func addCredentials(
+        of url: BLIPWebSocketURL,
+        configured: BLIPCredentials?,
+        to headers: inout BLIPHTTPFields,
+        logger: Logger
+    ) {
+        if let configured, configured.field.name == "Cookie" {
+            let cookies = headers.first("Cookie").map { $0 + "; " } ?? ""
+            headers.remove("Cookie")
+            headers.add(name: "Cookie", value: cookies + configured.field.value)
+        }
+        let authorization =
+            configured.flatMap { $0.field.name == "Authorization" ? $0.field.value : nil } ?? url.basicAuthorization
+        guard let authorization else { return }
         if headers.contains("Authorization") {
-            logger.warning("the URL's credentials are not sent: the configuration's Authorization header wins")
+            logger.warning("the credentials are not sent: the configuration's Authorization header wins")
             return
         }
-        headers.add(name: "Authorization", value: basic)
+        headers.add(name: "Authorization", value: authorization)
     }
 
     /// One request: the upgrade, or a ``BLIPHandshakeError`` saying what the server answered instead.
@@ -237,9 +283,9 @@ public enum BLIPWebSocketClient {
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: url.target, headers: headers)
         let settings = BLIPWebSocketHandler.Settings(
             role: .client,
-            heartbeatInterval: configuration.heartbeatInterval,
-            heartbeatTimeout: configuration.heartbeatTimeout,
-            closeTimeout: configuration.closeTimeout,
+            heartbeatInterval: configuration.heartbeatInterval.map(TimeAmount.init),
+            heartbeatTimeout: TimeAmount(configuration.heartbeatTimeout),
+            closeTimeout: TimeAmount(configuration.closeTimeout),
             frameSize: configuration.connection.frameSize,
             maximumMessageSize: configuration.maximumMessageSize,
             logger: logger
@@ -285,7 +331,7 @@ public enum BLIPWebSocketClient {
             )
         }
         let bootstrap = ClientBootstrap(group: eventLoopGroup)
-            .connectTimeout(configuration.connectTimeout)
+            .connectTimeout(TimeAmount(configuration.connectTimeout))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -298,7 +344,7 @@ public enum BLIPWebSocketClient {
                         proxy: proxy,
                         host: url.host,
                         port: url.port,
-                        deadline: .now() + handshakeTimeout,
+                        deadline: .now() + TimeAmount(handshakeTimeout),
                         opened: opened,
                         failed: { result.fail($0) }
                     )
@@ -316,7 +362,7 @@ public enum BLIPWebSocketClient {
             }
         } catch {
             if let proxy {
-                let failure = BLIPProxyError(kind: .unreachable, proxy: proxy.description, underlying: error)
+                let failure = BLIPProxyError(code: .unreachable, proxy: proxy.description, underlying: error)
                 result.fail(failure)
                 throw failure
             }
@@ -331,7 +377,7 @@ public enum BLIPWebSocketClient {
             result.fail(BLIPConnectionError(.handshakeFailed, "the connection closed during the WebSocket handshake"))
         }
         let timeout = configuration.handshakeTimeout
-        let deadline = channel.eventLoop.scheduleTask(in: timeout) {
+        let deadline = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) {
             result.fail(BLIPConnectionError(.timedOut, "\(url) did not complete the handshake within \(timeout)"))
         }
         result.futureResult.whenComplete { _ in deadline.cancel() }

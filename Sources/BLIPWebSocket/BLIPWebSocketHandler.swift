@@ -255,7 +255,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         self.closeAfterPump = nil  // one decided during that pump: this close, decided first, goes instead
         // The connection decided this close: it failed its requests with its own error already, if any.
         let code = WebSocketErrorCode(codeNumber: Int(reason.code.rawValue))
-        self.startClose(code, reason: reason.message, error: nil)
+        self.startClose(code, reason: reason.reason, error: nil)
     }
 
     // MARK: - Channel events

@@ -14,11 +14,11 @@ public import ServiceLifecycle
 /// ```swift
 /// let server = try await BLIPWebSocketServer.bind(configuration: .init(), router: router)
 /// print("listening on port \(server.port)")
-/// await server.run()            // until shutdown() or shutdownGracefully()
+/// await server.run()            // until close() or closeGracefully()
 /// ```
 ///
 /// It is a swift-service-lifecycle `Service`: in a `ServiceGroup`, a graceful shutdown (a signal the group
-/// was configured with) runs ``shutdownGracefully(drainTimeout:)``, and cancellation ``shutdown()``.
+/// was configured with) runs ``closeGracefully(drainTimeout:)``, and cancellation ``close()``.
 public final class BLIPWebSocketServer: Sendable {
     public struct Configuration: Sendable {
         public var host = "127.0.0.1"
@@ -34,19 +34,19 @@ public final class BLIPWebSocketServer: Sendable {
         /// Clients that offer no subprotocol speak the seed dialect (otherwise they are refused).
         public var acceptsSeedDialect = false
         public var tls: TLS?
-        public var heartbeatInterval: TimeAmount? = .seconds(300)
-        public var heartbeatTimeout = TimeAmount.seconds(30)
+        public var heartbeatInterval: Duration? = .seconds(300)
+        public var heartbeatTimeout = Duration.seconds(30)
         /// After sending a close frame, how long to wait for the peer's before closing the TCP connection.
-        public var closeTimeout = TimeAmount.seconds(2)
+        public var closeTimeout = Duration.seconds(2)
         /// How long a graceful shutdown lets each connection finish what is in flight before it closes it
-        /// with 1001 anyway (``shutdownGracefully(drainTimeout:)``).
-        public var shutdownDrainTimeout = TimeAmount.seconds(10)
+        /// with 1001 anyway (``closeGracefully(drainTimeout:)``).
+        public var drainTimeout = Duration.seconds(10)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
         /// How long a client has from its TCP connect to a completed WebSocket upgrade (a TLS handshake
         /// included); then its connection is closed. Without it a client that sends nothing, or a byte at a
         /// time, holds its socket forever.
-        public var handshakeTimeout = TimeAmount.seconds(10)
+        public var handshakeTimeout = Duration.seconds(10)
         /// The largest HTTP request head accepted, in bytes of request target and header names and values
         /// (each field alone, and all together); a larger one gets HTTP 400 and the connection closes.
         public var maximumRequestHeadSize = 16 * 1024
@@ -222,9 +222,9 @@ public final class BLIPWebSocketServer: Sendable {
         let captureCounter = CaptureCounter()
         let rawChannels = RawChannels()
         let settings = UpgradedServerChannel.Settings(
-            heartbeatInterval: configuration.heartbeatInterval,
-            heartbeatTimeout: configuration.heartbeatTimeout,
-            closeTimeout: configuration.closeTimeout,
+            heartbeatInterval: configuration.heartbeatInterval.map(TimeAmount.init),
+            heartbeatTimeout: TimeAmount(configuration.heartbeatTimeout),
+            closeTimeout: TimeAmount(configuration.closeTimeout),
             maximumMessageSize: configuration.maximumMessageSize,
             frameSize: configuration.connection.frameSize,
             logger: logger
@@ -271,7 +271,7 @@ public final class BLIPWebSocketServer: Sendable {
         return server
     }
 
-    /// Serves connections until ``shutdown()`` or ``shutdownGracefully(drainTimeout:)``: each connection's
+    /// Serves connections until ``close()`` or ``closeGracefully(drainTimeout:)``: each connection's
     /// handlers run here. Under a swift-service-lifecycle graceful shutdown it shuts down gracefully; when
     /// its task is cancelled, at once.
     ///
@@ -287,11 +287,11 @@ public final class BLIPWebSocketServer: Sendable {
             await withTaskCancellationHandler {
                 await self.serve(onConnection)
             } onCancel: {
-                let stop = Task { await self.shutdown() }
+                let stop = Task { await self.close() }
                 stops.withLockedValue { $0.append(stop) }
             }
         } onGracefulShutdown: {
-            let stop = Task { await self.shutdownGracefully() }
+            let stop = Task { await self.closeGracefully() }
             stops.withLockedValue { $0.append(stop) }
         }
         for stop in stops.withLockedValue({ $0 }) { await stop.value }
@@ -329,18 +329,18 @@ public final class BLIPWebSocketServer: Sendable {
 
     /// Stops accepting, closes every connection normally (1000) at once, and lets ``run(onConnection:)``
     /// return when they have closed.
-    public func shutdown() async {
+    public func close() async {
         await self.stop(.immediately)
     }
 
     /// Stops accepting and lets every connection finish what is in flight (see
     /// `BLIPConnection.closeGracefully(drainTimeout:code:reason:)`: requests already being handled
     /// are answered, replies to the server's own requests arrive, new requests get ERR BLIP/503), for at
-    /// most `drainTimeout` (nil: ``Configuration/shutdownDrainTimeout``); then closes each with 1001 (going
+    /// most `drainTimeout` (nil: ``Configuration/drainTimeout``); then closes each with 1001 (going
     /// away), failing what is left with that status. Returns when every connection has closed;
     /// ``run(onConnection:)`` returns then too.
-    public func shutdownGracefully(drainTimeout: Duration? = nil) async {
-        let timeout = drainTimeout ?? .nanoseconds(self.configuration.shutdownDrainTimeout.nanoseconds)
+    public func closeGracefully(drainTimeout: Duration? = nil) async {
+        let timeout = drainTimeout ?? self.configuration.drainTimeout
         await self.stop(.gracefully(drainTimeout: timeout))
     }
 
@@ -369,7 +369,7 @@ public final class BLIPWebSocketServer: Sendable {
     }
 
     /// The drain timeout of closes the server decides itself (age, idleness, graceful shutdown).
-    private var drainTimeout: Duration { .nanoseconds(self.configuration.shutdownDrainTimeout.nanoseconds) }
+    private var drainTimeout: Duration { self.configuration.drainTimeout }
 
     private func close(_ connection: BLIPConnection, after age: Duration) async {
         guard (try? await Task.sleep(for: age)) != nil else { return }
@@ -443,7 +443,7 @@ public final class BLIPWebSocketServer: Sendable {
     ) throws {
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(
-            HandshakeTimeoutHandler(timeout: configuration.handshakeTimeout, logger: settings.logger),
+            HandshakeTimeoutHandler(timeout: TimeAmount(configuration.handshakeTimeout), logger: settings.logger),
             name: HandshakeTimeoutHandler.name
         )
         if let tlsContext { try sync.addHandler(NIOSSLServerHandler(context: tlsContext)) }

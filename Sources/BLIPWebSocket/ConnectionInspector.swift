@@ -191,7 +191,7 @@ final class ConnectionInspector {
                     self.emit(.ack(direction.direction, step.frame.header, byteCount: count), at: time.date)
                 }
                 if let message = step.message {
-                    let duration = time.deadline - message.started
+                    let duration = Duration.nanoseconds((time.deadline - message.started).nanoseconds)
                     self.emit(.message(direction.direction, message, duration: duration), at: time.date)
                 }
             } catch {

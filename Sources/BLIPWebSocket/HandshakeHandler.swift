@@ -96,7 +96,7 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
         guard !self.finished, let response = self.response else { return }
         self.finished = true
         let status = Int(response.status.code)
-        var kind = BLIPHandshakeError.Kind.of(status: status, body: self.body)
+        var kind = BLIPHandshakeError.Code.of(status: status, body: self.body)
         var detail: String?
         let offered = self.upgrader.offered
         if kind == .subprotocolRefused {
@@ -118,7 +118,7 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
         self.result.fail(
             BLIPHandshakeError(
-                kind: kind,
+                code: kind,
                 url: self.url.description,
                 status: status,
                 reason: response.status.reasonPhrase,

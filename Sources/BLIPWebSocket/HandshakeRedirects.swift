@@ -21,7 +21,7 @@ struct HandshakeRedirects {
     {
         var error = error
         error.redirects = self.chain.map(\.description)
-        guard error.kind == .redirect, self.maximum > 0, Self.followedStatuses.contains(error.status),
+        guard error.code == .redirect, self.maximum > 0, Self.followedStatuses.contains(error.status),
             let location = error.location
         else {
             throw error
@@ -32,13 +32,13 @@ struct HandshakeRedirects {
         }
         self.chain.append(url)
         if self.chain.contains(where: { $0.description == next.description }) {
-            error.kind = .redirectLoop
+            error.code = .redirectLoop
             error.detail = "redirected back to \(next)"
         } else if self.chain.count > self.maximum {
-            error.kind = .tooManyRedirects
+            error.code = .tooManyRedirects
             error.detail = "more than \(self.maximum) redirects; the next would be \(next)"
         } else if url.isSecure && !next.isSecure {
-            error.kind = .insecureRedirect
+            error.code = .insecureRedirect
             error.detail = "refused to follow wss:// to \(next)"
         } else {
             return next

@@ -161,7 +161,7 @@ final class ProxiedConnection {
         let host = self.upstream.host
         let connections = self.connections
         ClientBootstrap(group: eventLoop)
-            .connectTimeout(self.configuration.connectTimeout)
+            .connectTimeout(TimeAmount(self.configuration.connectTimeout))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 do {

@@ -75,7 +75,7 @@ enum ProxyTunnel {
                     switch removal {
                     case .success: opened()
                     case .failure(let error):
-                        failed(BLIPProxyError(kind: .closed, proxy: proxy.description, underlying: error))
+                        failed(BLIPProxyError(code: .closed, proxy: proxy.description, underlying: error))
                     }
                 }
             case .failure(let error):
@@ -94,9 +94,9 @@ enum ProxyTunnel {
         let status = response.map { Int($0.status.code) }
         let reason = response?.status.reasonPhrase
         let headers = response.map { BLIPHTTPFields($0.headers) } ?? [:]
-        func make(_ kind: BLIPProxyError.Kind, underlying: (any Error)? = error) -> BLIPProxyError {
+        func make(_ kind: BLIPProxyError.Code, underlying: (any Error)? = error) -> BLIPProxyError {
             BLIPProxyError(
-                kind: kind,
+                code: kind,
                 proxy: proxy.description,
                 status: status,
                 reason: reason,

@@ -11,7 +11,7 @@ enum SOCKS5Tunnel {
         guard proxy.scheme == .socks5 else { return }
         if host.utf8.count > 255 {
             throw BLIPProxyError(
-                kind: .invalidResponse,
+                code: .invalidResponse,
                 proxy: proxy.description,
                 reason: "a SOCKS5 proxy takes server names of at most 255 bytes"
             )
@@ -20,7 +20,7 @@ enum SOCKS5Tunnel {
         let lengths = [username.utf8.count, (proxy.password ?? "").utf8.count]
         if lengths.contains(where: { $0 > 255 }) || username.isEmpty {
             throw BLIPProxyError(
-                kind: .authenticationRequired,
+                code: .authenticationRequired,
                 proxy: proxy.description,
                 reason: "a SOCKS5 username and password have 1 to 255 bytes each (RFC 1929)"
             )
@@ -86,7 +86,7 @@ final class SOCKS5TunnelWatcher: ChannelInboundHandler, RemovableChannelHandler 
         let loopBoundContext = NIOLoopBound(context, eventLoop: context.eventLoop)
         self.timeout = context.eventLoop.assumeIsolated().scheduleTask(deadline: self.deadline) {
             let context = loopBoundContext.value
-            self.fail(BLIPProxyError(kind: .timedOut, proxy: self.proxy.description), context: context)
+            self.fail(BLIPProxyError(code: .timedOut, proxy: self.proxy.description), context: context)
         }
     }
 
@@ -115,7 +115,7 @@ final class SOCKS5TunnelWatcher: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        self.fail(BLIPProxyError(kind: .closed, proxy: self.proxy.description), context: context)
+        self.fail(BLIPProxyError(code: .closed, proxy: self.proxy.description), context: context)
         context.fireChannelInactive()
     }
 
@@ -133,7 +133,7 @@ final class SOCKS5TunnelWatcher: ChannelInboundHandler, RemovableChannelHandler 
         switch error {
         case let refusal as SOCKSError.ConnectionFailed:
             return BLIPProxyError(
-                kind: .refused,
+                code: .refused,
                 proxy: proxy.description,
                 socksReply: refusal.reply.value,
                 reason: Self.replyText[Int(refusal.reply.value)] ?? "unassigned reply"
@@ -142,20 +142,20 @@ final class SOCKS5TunnelWatcher: ChannelInboundHandler, RemovableChannelHandler 
         where selection.selection == .noneAcceptable:
             let offered = proxy.username == nil ? "no authentication" : "no authentication or a password"
             return BLIPProxyError(
-                kind: .authenticationRequired,
+                code: .authenticationRequired,
                 proxy: proxy.description,
                 reason: "the proxy accepts none of the methods offered (\(offered))"
             )
         case let rejection as SOCKS5PasswordAuthenticator.Rejected:
             return BLIPProxyError(
-                kind: .authenticationRequired,
+                code: .authenticationRequired,
                 proxy: proxy.description,
                 reason: "the proxy rejected the username and password (status \(rejection.status))"
             )
         case is IOError, is ChannelError:
-            return BLIPProxyError(kind: .closed, proxy: proxy.description, underlying: error)
+            return BLIPProxyError(code: .closed, proxy: proxy.description, underlying: error)
         default:
-            return BLIPProxyError(kind: .invalidResponse, proxy: proxy.description, underlying: error)
+            return BLIPProxyError(code: .invalidResponse, proxy: proxy.description, underlying: error)
         }
     }
 

@@ -41,7 +41,7 @@ struct StaticFileResponder: Sendable {
         }
         self.servesBrowserClient = files.servesBrowserClient
         self.origins = BrowserOriginRule(files)
-        self.writeTimeout = files.writeTimeout
+        self.writeTimeout = TimeAmount(files.writeTimeout)
         self.threadPool = threadPool
     }
 

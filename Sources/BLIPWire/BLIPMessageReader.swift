@@ -128,7 +128,7 @@ public struct BLIPMessageReader {
         let prefixLength: Int
         do throws(BLIPWireError) {
             (length, prefixLength) = try buffer.peekBLIPVarint()
-        } catch let error where error.reason == .truncatedVarint {
+        } catch let error where error.code == .truncatedVarint {
             return nil
         }
         guard length <= UInt64(self.maximumPropertiesSize) else {
@@ -163,7 +163,7 @@ public struct BLIPMessageReader {
             try payload.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
                 try gzip.decompress(bytes, limit: limit, into: &gzip.scratch)
             }
-        } catch let error where error.reason == .inflatedTooLarge(limit: limit) {
+        } catch let error where error.code == .inflatedTooLarge(limit: limit) {
             self.gzipPool?.bytesInflated += gzip.scratch.readableBytes
             guard limit == remainingAllowance else {
                 throw BLIPWireError(.inflatedTooLarge(limit: limit), offset: self.dataBytesReceived)

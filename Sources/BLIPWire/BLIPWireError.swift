@@ -4,7 +4,7 @@
 /// that was being decoded (a frame, a property block or a message's data stream) and, when a
 /// ``BLIPFrameDecoder`` found it, the index of the frame within its direction.
 public struct BLIPWireError: Error, Hashable, Sendable, CustomStringConvertible {
-    public enum Reason: Hashable, Sendable {
+    public enum Code: Hashable, Sendable {
         /// The input ended inside a varint.
         case truncatedVarint
         /// A varint is longer than 10 bytes or its 10th byte is above 1: it does not fit 64 bits.
@@ -54,20 +54,20 @@ public struct BLIPWireError: Error, Hashable, Sendable, CustomStringConvertible 
         case compressionUnavailable(String)
     }
 
-    public var reason: Reason
+    public var code: Code
     /// Byte offset of the problem within the unit being decoded, when known.
     public var offset: Int?
     /// Index (from 0) of the frame within its direction, when a frame decoder found the problem.
     public var frameIndex: Int?
 
-    public init(_ reason: Reason, offset: Int? = nil, frameIndex: Int? = nil) {
-        self.reason = reason
+    public init(_ reason: Code, offset: Int? = nil, frameIndex: Int? = nil) {
+        self.code = reason
         self.offset = offset
         self.frameIndex = frameIndex
     }
 
     public var description: String {
-        var text = "BLIP wire error: \(self.reason.summary)"
+        var text = "BLIP wire error: \(self.code.summary)"
         if let offset { text += " at byte \(offset)" }
         if let frameIndex { text += " of frame \(frameIndex)" }
         return text
@@ -81,7 +81,7 @@ public struct BLIPWireError: Error, Hashable, Sendable, CustomStringConvertible 
     }
 }
 
-extension BLIPWireError.Reason {
+extension BLIPWireError.Code {
     var summary: String {
         switch self {
         case .truncatedVarint: "input ends inside a varint"

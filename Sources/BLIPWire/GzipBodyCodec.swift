@@ -53,8 +53,8 @@ final class GzipBodyDecompressor {
                 outputHint: min(limit, max(4096, piece.count * 4)),
                 limitError: .inflatedTooLarge(limit: limit)
             )
-        } catch let error where error.reason != .inflatedTooLarge(limit: limit) {
-            throw BLIPWireError(.invalidGzipBody("\(error.reason.summary)"))
+        } catch let error where error.code != .inflatedTooLarge(limit: limit) {
+            throw BLIPWireError(.invalidGzipBody("\(error.code.summary)"))
         }
     }
 }

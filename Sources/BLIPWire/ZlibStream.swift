@@ -94,7 +94,7 @@ final class ZlibStream {
         into output: inout ByteBuffer,
         outputLimit: Int = .max,
         outputHint: Int,
-        limitError: BLIPWireError.Reason? = nil
+        limitError: BLIPWireError.Code? = nil
     ) throws(BLIPWireError) -> Bool {
         let stream = self.pointer
         stream.pointee.next_in =

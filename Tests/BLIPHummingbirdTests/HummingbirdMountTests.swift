@@ -131,7 +131,7 @@ struct HummingbirdMountTests {
                     configuration: clientConfiguration(user: nil)
                 ) { _ in }
             }
-            #expect(unauthorized?.kind == .unauthorized)
+            #expect(unauthorized?.code == .unauthorized)
             #expect(unauthorized?.status == 401)
             #expect(unauthorized?.headers.first("WWW-Authenticate") == "Basic realm=\"sync\"")
             let challenge = String(decoding: unauthorized?.body ?? [], as: UTF8.self)
@@ -152,7 +152,7 @@ struct HummingbirdMountTests {
                     configuration: clientConfiguration()
                 ) { _ in }
             }
-            #expect(forbidden?.kind == .forbidden)
+            #expect(forbidden?.code == .forbidden)
             #expect(String(decoding: forbidden?.body ?? [], as: UTF8.self) == "not your database")
 
             // No route: the router's 404.
@@ -162,7 +162,7 @@ struct HummingbirdMountTests {
                     configuration: clientConfiguration()
                 ) { _ in }
             }
-            #expect(missing?.kind == .notFound)
+            #expect(missing?.code == .notFound)
 
             // No subprotocol in common: go-blip's 500, which the client recognises.
             let refused = await Self.handshakeError {
@@ -171,7 +171,7 @@ struct HummingbirdMountTests {
                     configuration: clientConfiguration(subprotocols: ["BLIP_3+Other"])
                 ) { _ in }
             }
-            #expect(refused?.kind == .subprotocolRefused)
+            #expect(refused?.code == .subprotocolRefused)
             #expect(refused?.status == 500)
 
             // A plain GET on the endpoint: 426, and the connection is still served as HTTP.
@@ -279,7 +279,7 @@ struct HummingbirdMountTests {
             return BLIPResponse(text: "finished")
         }
         var configuration = BLIPEndpointConfiguration()
-        configuration.shutdownDrainTimeout = .seconds(60)
+        configuration.drainTimeout = .seconds(60)
         let reply = NIOLockedValueBox<String?>(nil)
         let ended = NIOLockedValueBox<BLIPConnectionError?>(nil)
         try await HummingbirdServer.with(router: Self.router(blip: blip, configuration: configuration)) { server in

@@ -130,7 +130,7 @@ struct CloseStatusTests {
         let reason = String(repeating: "é", count: 100)  // 200 bytes
         let status = await connection.close(code: 4000, reason: reason)
         #expect(status.reason == String(repeating: "é", count: 61))
-        #expect(transport.closeReasons.map(\.message) == [String(repeating: "é", count: 61)])
+        #expect(transport.closeReasons.map(\.reason) == [String(repeating: "é", count: 61)])
         #expect(status.initiator == .local && status.code == 4000)
     }
 

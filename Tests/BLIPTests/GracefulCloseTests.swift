@@ -1,3 +1,4 @@
+import BLIPEngine
 import BLIPTestSupport
 import Foundation
 import NIOConcurrencyHelpers

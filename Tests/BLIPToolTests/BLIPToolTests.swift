@@ -271,7 +271,7 @@ struct RequestExitCodeTests {
         }
         #expect(late == ExitCode(1))
         try await RequestCommand.parse([url, "--profile", "echo", "--timeout", "30"]).run()
-        await server.shutdown()
+        await server.close()
         await serving
         let failed = await #expect(throws: ExitCode.self) {
             try await RequestCommand.parse([url, "--profile", "echo"]).run()
@@ -292,12 +292,12 @@ struct RequestExitCodeTests {
             #expect(refused == ExitCode(2))
         }
         try await RequestCommand.parse(["ws://127.0.0.1:\(server.port)/db/_blipsync", "--profile", "echo"]).run()
-        await server.shutdown()
+        await server.close()
         await serving
 
         let report = RequestCommand.report(
             BLIPHandshakeError(
-                kind: .unauthorized,
+                code: .unauthorized,
                 url: "ws://h/db",
                 status: 401,
                 reason: "Unauthorized",
@@ -349,7 +349,7 @@ struct RequestExitCodeTests {
             #expect(stats["echo"] == 1 && stats["sink"] == 1 && stats["error"] == 1)
             #expect(stats["bytesIn"] == 1005)
         }
-        await server.shutdown()
+        await server.close()
         await serving
     }
 
@@ -421,7 +421,7 @@ struct RequestExitCodeTests {
             }
         }
         #expect(ended?.closeStatus?.code == 4001)
-        await server.shutdown()
+        await server.close()
         await serving
     }
 }
@@ -477,7 +477,7 @@ struct BenchWorkloadTests {
         try await runner.compareToBaselines(&handlerShape, count: 20, concurrency: 4, warmUp: 2, size: 100)
         #expect((handlerShape.ratio ?? 0) > 0 && (handlerShape.handlerRatio ?? 0) > 0)
 
-        await server.shutdown()
+        await server.close()
         await serving
     }
 }
@@ -555,7 +555,7 @@ struct RequireBasicTests {
             return
         }
         #expect(headers.first("WWW-Authenticate") == "Basic realm=\"blip\"")
-        await server.shutdown()
+        await server.close()
         await serving
     }
 

@@ -68,7 +68,7 @@ struct BenchRoundsTests {
         async let serving: Void = direct.run()
         let gone = try await BLIPWebSocketServer.bindStandardProfiles()
         let goneURL = "ws://127.0.0.1:\(gone.port)/"
-        await gone.shutdown()  // nothing listens on its port now
+        await gone.close()  // nothing listens on its port now
         let url = "ws://127.0.0.1:\(direct.port)/"
         let runner = BenchRunner(
             url: url,
@@ -82,7 +82,7 @@ struct BenchRoundsTests {
             }
         }
         #expect(measured == [url, goneURL])
-        await direct.shutdown()
+        await direct.close()
         await serving
     }
 
@@ -114,7 +114,7 @@ struct BenchRoundsTests {
         let summaries = try await runner.measureRounds {
             try await $0.roundTrips(count: 10, concurrency: 2, warmUp: 2, size: 100, name: "pipelined-2")
         }
-        await proxy.shutdown()  // returns once every relayed connection's last events are reported
+        await proxy.close()  // returns once every relayed connection's last events are reported
         // Three connections through the relay, each with 2 warm-up and 10 measured requests.
         #expect(connections.withLockedValue { $0 } == 3)
         #expect(requests.withLockedValue { $0 } == 36)
@@ -122,7 +122,7 @@ struct BenchRoundsTests {
         #expect(summaries.allSatisfy { $0.count == 10 && $0.extra["rounds"] as? Int == 3 })
         let ratio = try #require(summaries[1].directRatio)
         #expect(abs(ratio - summaries[1].figure! / summaries[0].figure!) < 1e-9)
-        await server.shutdown()
+        await server.close()
         await serving
     }
 }

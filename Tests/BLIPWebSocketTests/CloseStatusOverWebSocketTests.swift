@@ -101,7 +101,7 @@ struct CloseStatusOverWebSocketTests {
         let remote = await clientRun
         #expect(remote.initiator == .peer && remote.code == .goingAway && remote.reason == "maintenance")
         #expect(remote.isNormal && remote.isTransient)
-        await server.shutdown()
+        await server.close()
         await serving
     }
 }

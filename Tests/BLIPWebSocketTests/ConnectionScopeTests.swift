@@ -25,11 +25,11 @@ struct ConnectionScopeTests {
         do {
             try await body(server)
         } catch {
-            await server.shutdown()
+            await server.close()
             await serving
             throw error
         }
-        await server.shutdown()
+        await server.close()
         await serving
     }
 

@@ -52,7 +52,7 @@ struct CredentialsInLogsTests {
             }
             await #expect(throws: BLIPError.self) { try await connection.sendRequest(BLIPRequest(profile: "error")) }
         }
-        await server.shutdown()
+        await server.close()
         await serving
 
         #expect(seen.upgrade == "CouchbaseLite/4.0.0 (Swift; test)")

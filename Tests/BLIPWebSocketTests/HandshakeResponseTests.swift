@@ -49,7 +49,7 @@ struct HandshakeResponseTests {
         }
         defer { Task { await server.close() } }
         let error = try #require(await Self.refusal(server.url("/db/_blipsync")))
-        #expect(error.kind == .unauthorized && error.status == 401 && error.reason == "Unauthorized")
+        #expect(error.code == .unauthorized && error.status == 401 && error.reason == "Unauthorized")
         #expect(
             error.challenges == [
                 BLIPAuthenticationChallenge(scheme: "Basic", parameters: ["realm": "Couchbase Sync Gateway"])
@@ -89,7 +89,7 @@ struct HandshakeResponseTests {
     @Test(
         "each refusal has its kind, and says whether a retry can help",
         arguments: [
-            (403, "Forbidden", BLIPHandshakeError.Kind.forbidden, false),
+            (403, "Forbidden", BLIPHandshakeError.Code.forbidden, false),
             (404, "Not Found", .notFound, false),
             (400, "Bad Request", .refused, false),
             (408, "Request Timeout", .refused, true),
@@ -98,15 +98,15 @@ struct HandshakeResponseTests {
             (503, "Service Unavailable", .serverError, true),
             (200, "OK", .notWebSocket, false),
             (204, "No Content", .notWebSocket, false),
-        ] as [(Int, String, BLIPHandshakeError.Kind, Bool)]
+        ] as [(Int, String, BLIPHandshakeError.Code, Bool)]
     )
-    func classification(status: Int, reason: String, kind: BLIPHandshakeError.Kind, isTransient: Bool) async throws {
+    func classification(status: Int, reason: String, kind: BLIPHandshakeError.Code, isTransient: Bool) async throws {
         let server = try await CannedHTTPServer(group: Self.group) { _ in
             .status(status, reason, headers: ["Retry-After: 7"], body: status == 204 ? "" : "why: \(status)")
         }
         defer { Task { await server.close() } }
         let error = try #require(await Self.refusal(server.url()))
-        #expect(error.kind == kind && error.status == status, "\(error)")
+        #expect(error.code == kind && error.status == status, "\(error)")
         #expect(error.isTransient == isTransient)
         #expect(error.retryAfter == .seconds(7))
         #expect(error.bodyText == (status == 204 ? "" : "why: \(status)"))
@@ -119,7 +119,7 @@ struct HandshakeResponseTests {
         }
         defer { Task { await server.close() } }
         let error = try #require(await Self.refusal(server.url()))
-        #expect(error.kind == .notWebSocket && error.status == 101, "\(error)")
+        #expect(error.code == .notWebSocket && error.status == 101, "\(error)")
     }
 
     @Test("a body longer than the excerpt limit is cut there")
@@ -128,7 +128,7 @@ struct HandshakeResponseTests {
         let server = try await CannedHTTPServer(group: Self.group) { _ in .status(403, "Forbidden", body: body) }
         defer { Task { await server.close() } }
         let error = try #require(await Self.refusal(server.url()))
-        #expect(error.kind == .forbidden)
+        #expect(error.code == .forbidden)
         #expect(error.body.count == BLIPHandshakeError.bodyExcerptLimit && error.bodyIsTruncated)
         #expect(error.bodyText == String(body.prefix(BLIPHandshakeError.bodyExcerptLimit)))
     }
@@ -138,7 +138,7 @@ struct HandshakeResponseTests {
         let server = try await CannedHTTPServer(group: Self.group) { _ in .endless(500, "Internal Server Error") }
         defer { Task { await server.close() } }
         let error = try #require(await Self.refusal(server.url()))
-        #expect(error.kind == .serverError && error.bodyIsTruncated)
+        #expect(error.code == .serverError && error.bodyIsTruncated)
         #expect(error.body == Array(repeating: UInt8(ascii: "x"), count: BLIPHandshakeError.bodyExcerptLimit))
         // The server's writes fail once the client has gone: what it wrote stops growing, far below its limit.
         var last = -1

@@ -126,7 +126,7 @@ struct InspectingProxyTests {
                 let error = await #expect(throws: BLIPHandshakeError.self) {
                     try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(proxy.port)/denied") { _ in }
                 }
-                #expect(error?.status == 401 && error?.kind == .unauthorized)
+                #expect(error?.status == 401 && error?.code == .unauthorized)
                 try await eventually { log.handshakeStatuses.count == 3 }
                 #expect(log.handshakeStatuses.sorted() == [101, 401, 401])
             }
@@ -209,10 +209,10 @@ struct InspectingProxyTests {
                         _ = try await connection.sendRequest(BLIPRequest(profile: "note", text: "hello"))
                     }
                 } catch {
-                    await proxy.shutdown()
+                    await proxy.close()
                     throw error
                 }
-                await proxy.shutdown()
+                await proxy.close()
             }
         } catch {
             try? await proxyLoop.shutdownGracefully()
@@ -256,7 +256,7 @@ struct InspectingProxyTests {
             let client = try await RawTCPClient.connect(port: proxy.port)
             try await client.send(Array("GET /db HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
             let received = await client.serverClose(within: .seconds(30))
-            await proxy.shutdown()
+            await proxy.close()
             try await upstream.close()
             #expect(
                 received?.bytes == answer,
@@ -595,7 +595,7 @@ final class ProxyEventLog: Sendable {
     private var all: [BLIPInspectingProxy.Event] { self.events.withLockedValue { $0 } }
 
     /// Each decoded message's frame count and reported duration, both directions.
-    var frameCountsAndDurations: [(frames: Int, duration: TimeAmount)] {
+    var frameCountsAndDurations: [(frames: Int, duration: Duration)] {
         self.all.compactMap {
             if case .message(_, let message, let duration) = $0.kind { return (message.frameCount, duration) }
             return nil
@@ -676,10 +676,10 @@ func withProxy<T: Sendable>(
     let proxy = try await BLIPInspectingProxy.start(configuration: configuration) { log.append($0) }
     do {
         let result = try await body(proxy, log)
-        await proxy.shutdown()
+        await proxy.close()
         return result
     } catch {
-        await proxy.shutdown()
+        await proxy.close()
         throw error
     }
 }

@@ -68,7 +68,7 @@ struct LoopbackTests {
                     configuration: configuration
                 ) { _ in }
             }
-            #expect(error?.kind == .subprotocolRefused && error?.status == 500)
+            #expect(error?.code == .subprotocolRefused && error?.status == 500)
             #expect(error?.isTransient == false)
             #expect(
                 error?.bodyText.contains("BLIP_3+CBMobile_2, BLIP_3+CBMobile_3") == true,
@@ -88,7 +88,7 @@ struct LoopbackTests {
             let error = await #expect(throws: BLIPHandshakeError.self) {
                 try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/other") { _ in }
             }
-            #expect(error?.kind == .notFound && error?.status == 404)
+            #expect(error?.code == .notFound && error?.status == 404)
         }
         try await withServer { server in
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/any/path/at/all") { connection in
@@ -106,7 +106,7 @@ struct LoopbackTests {
         let error = await #expect(throws: BLIPHandshakeError.self) {
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:\(server.port)/") { _ in }
         }
-        #expect(error?.kind == .subprotocolRefused && error?.status == 101, "\(String(describing: error))")
+        #expect(error?.code == .subprotocolRefused && error?.status == 101, "\(String(describing: error))")
         await server.close()
     }
 

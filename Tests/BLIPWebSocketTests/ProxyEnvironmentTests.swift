@@ -87,7 +87,7 @@ struct ProxyEnvironmentTests {
                 let error = await #expect(throws: BLIPProxyError.self) {
                     try await BLIPWebSocketClient.connect(to: target, configuration: configuration) { _ in }
                 }
-                #expect(error?.kind == .authenticationRequired)
+                #expect(error?.code == .authenticationRequired)
                 configuration.proxyEnvironment = ["all_proxy": proxy.url(user: "alice", password: "s3cret")]
                 try await BLIPWebSocketClient.connect(to: target, configuration: configuration) { connection in
                     _ = try await connection.sendRequest(BLIPRequest(profile: "echo"))

@@ -94,7 +94,7 @@ struct HTTPProxyTests {
                     let error = await #expect(throws: BLIPProxyError.self) {
                         try await BLIPWebSocketClient.connect(to: target, configuration: configuration) { _ in }
                     }
-                    #expect(error?.kind == .authenticationRequired)
+                    #expect(error?.code == .authenticationRequired)
                     #expect(error?.status == status)
                     #expect(error?.challenges.first?.hasScheme("Basic") == true, "\(String(describing: error))")
                     #expect(error?.isTransient == false)
@@ -117,7 +117,7 @@ struct HTTPProxyTests {
                         _ in
                     }
                 }
-                #expect(error?.kind == .refused)
+                #expect(error?.code == .refused)
                 #expect(error?.status == 403)
             }
         }
@@ -164,7 +164,7 @@ struct HTTPProxyFailureTests {
     static func connect(
         proxyPort: Int,
         kind: Kind = .http,
-        handshakeTimeout: TimeAmount = .seconds(20)
+        handshakeTimeout: Duration = .seconds(20)
     ) async throws {
         var configuration = BLIPWebSocketClient.Configuration()
         configuration.proxy = kind.proxy(port: proxyPort)
@@ -179,7 +179,7 @@ struct HTTPProxyFailureTests {
             let error = await #expect(throws: BLIPProxyError.self) {
                 try await Self.connect(proxyPort: port, kind: kind)
             }
-            #expect(error?.kind == .unreachable)
+            #expect(error?.code == .unreachable)
             #expect(error?.isTransient == true)
             #expect(error?.description.hasPrefix("BLIPProxyError(unreachable from proxy \(kind)://127.0.0.1:") == true)
         }
@@ -193,7 +193,7 @@ struct HTTPProxyFailureTests {
             let error = await #expect(throws: BLIPProxyError.self) {
                 try await Self.connect(proxyPort: port, kind: kind)
             }
-            #expect(error?.kind == .closed)
+            #expect(error?.code == .closed)
         }
     }
 
@@ -205,7 +205,7 @@ struct HTTPProxyFailureTests {
             let error = await #expect(throws: BLIPProxyError.self) {
                 try await Self.connect(proxyPort: port, kind: kind, handshakeTimeout: .milliseconds(500))
             }
-            #expect(error?.kind == .timedOut)
+            #expect(error?.code == .timedOut)
             #expect(ContinuousClock.now - started < .seconds(30))
         }
     }
@@ -217,7 +217,7 @@ struct HTTPProxyFailureTests {
         }
         try await Self.withFakeProxy(greetsInSSH) { port in
             let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
-            #expect(error?.kind == .invalidResponse)
+            #expect(error?.code == .invalidResponse)
         }
     }
 }

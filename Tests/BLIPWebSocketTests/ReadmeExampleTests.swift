@@ -35,7 +35,7 @@ struct ReadmeExampleTests {
             let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "hi", compressed: true))
             print(String(buffer: reply.body))
         }
-        await server.shutdown()
+        await server.close()
         // README end
     }
 

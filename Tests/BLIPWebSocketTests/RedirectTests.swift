@@ -72,7 +72,7 @@ struct RedirectTests {
         }
         defer { Task { await server.close() } }
         let error = try #require(await HandshakeResponseTests.refusal(server.url("/a")))
-        #expect(error.kind == .redirectLoop, "\(error)")
+        #expect(error.code == .redirectLoop, "\(error)")
         #expect(error.redirects == [server.url("/a")] && error.url == server.url("/b"))
         #expect(server.requests.count == 2 && !error.isTransient)
         #expect("\(error)".contains(server.url("/a")))
@@ -88,7 +88,7 @@ struct RedirectTests {
         var configuration = Self.quiet
         configuration.maximumRedirects = 2
         let error = try #require(await HandshakeResponseTests.refusal(server.url("/r0"), configuration))
-        #expect(error.kind == .tooManyRedirects, "\(error)")
+        #expect(error.code == .tooManyRedirects, "\(error)")
         #expect(error.redirects == [server.url("/r0"), server.url("/r1")] && error.url == server.url("/r2"))
         #expect(server.requests.map(\.target) == ["/r0", "/r1", "/r2"])
         #expect(BLIPWebSocketClient.Configuration().maximumRedirects == 5)
@@ -103,7 +103,7 @@ struct RedirectTests {
         var configuration = Self.quiet
         configuration.maximumRedirects = 0
         let error = try #require(await HandshakeResponseTests.refusal(server.url(), configuration))
-        #expect(error.kind == .redirect && error.status == 301 && error.location == "ws://example.com/db")
+        #expect(error.code == .redirect && error.status == 301 && error.location == "ws://example.com/db")
         #expect(server.requests.count == 1)
     }
 
@@ -114,7 +114,7 @@ struct RedirectTests {
         }
         defer { Task { await server.close() } }
         let error = try #require(await HandshakeResponseTests.refusal(server.url()))
-        #expect(error.kind == .redirect && error.location == "ftp://example.com/" && server.requests.count == 1)
+        #expect(error.code == .redirect && error.location == "ftp://example.com/" && server.requests.count == 1)
     }
 
     @Test("wss:// to ws:// is refused", .enabled(if: TestCertificate.isAvailable))
@@ -140,7 +140,7 @@ struct RedirectTests {
         let error = try #require(
             await HandshakeResponseTests.refusal("wss://127.0.0.1:\(secure.port)/db", configuration)
         )
-        #expect(error.kind == .insecureRedirect, "\(error)")
+        #expect(error.code == .insecureRedirect, "\(error)")
         #expect(secure.requests.count == 1 && plain.requests.isEmpty)
     }
 }

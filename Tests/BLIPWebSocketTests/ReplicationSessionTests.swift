@@ -94,7 +94,7 @@ struct ReplicationSessionTests {
                     eventLoopGroup: Self.group
                 ) { _ in }
             }
-            #expect(refusal?.kind == .unauthorized && refusal?.isTransient == false)
+            #expect(refusal?.code == .unauthorized && refusal?.isTransient == false)
             #expect(refusal?.challenges.first?.scheme.lowercased() == "basic")
             #expect(refusal?.challenges.first?.parameters["realm"] == "Couchbase Sync Gateway")
             #expect(refusal?.bodyText == "{\"error\":\"Unauthorized\"}")

@@ -88,7 +88,7 @@ struct SOCKSProxyTests {
                             configuration: configuration
                         ) { _ in }
                     }
-                    #expect(error?.kind == .authenticationRequired, "\(String(describing: error))")
+                    #expect(error?.code == .authenticationRequired, "\(String(describing: error))")
                     #expect(error?.isTransient == false)
                     #expect(error.map { !"\($0)".contains("wrong") } == true)
                 }
@@ -107,7 +107,7 @@ struct SOCKSProxyTests {
                         configuration: configuration
                     ) { _ in }
                 }
-                #expect(error?.kind == .refused)
+                #expect(error?.code == .refused)
                 #expect(error?.socksReply == 5, "connection refused")
                 #expect(error?.status == nil)
                 #expect(error?.isTransient == true)
@@ -123,7 +123,7 @@ struct SOCKSProxyTests {
         let error = await #expect(throws: BLIPProxyError.self) {
             try await BLIPWebSocketClient.connect(to: "ws://\(host)/", configuration: configuration) { _ in }
         }
-        #expect(error?.kind == .invalidResponse)
+        #expect(error?.code == .invalidResponse)
     }
 
     @Test("a username or password longer than RFC 1929 allows fails before connecting")
@@ -138,7 +138,7 @@ struct SOCKSProxyTests {
         let error = await #expect(throws: BLIPProxyError.self) {
             try await BLIPWebSocketClient.connect(to: "ws://127.0.0.1:9/", configuration: configuration) { _ in }
         }
-        #expect(error?.kind == .authenticationRequired)
+        #expect(error?.code == .authenticationRequired)
     }
 }
 
@@ -158,7 +158,7 @@ struct SOCKSProxyFailureTests {
         }
         try await HTTPProxyFailureTests.withFakeProxy(script) { port in
             let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
-            #expect(error?.kind == .closed)
+            #expect(error?.code == .closed)
         }
     }
 
@@ -169,7 +169,7 @@ struct SOCKSProxyFailureTests {
         }
         try await HTTPProxyFailureTests.withFakeProxy(script) { port in
             let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
-            #expect(error?.kind == .invalidResponse)
+            #expect(error?.code == .invalidResponse)
         }
     }
 
@@ -180,7 +180,7 @@ struct SOCKSProxyFailureTests {
         }
         try await HTTPProxyFailureTests.withFakeProxy(script) { port in
             let error = await #expect(throws: BLIPProxyError.self) { try await Self.connect(proxyPort: port) }
-            #expect(error?.kind == .authenticationRequired)
+            #expect(error?.code == .authenticationRequired)
         }
     }
 }

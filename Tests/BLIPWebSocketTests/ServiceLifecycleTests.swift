@@ -21,7 +21,7 @@ struct ServiceLifecycleTests {
         }
         var configuration = BLIPWebSocketServer.Configuration.forTests
         configuration.port = 0
-        configuration.shutdownDrainTimeout = .seconds(60)
+        configuration.drainTimeout = .seconds(60)
         return try await BLIPWebSocketServer.bind(configuration: configuration, router: router)
     }
 

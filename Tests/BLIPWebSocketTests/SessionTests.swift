@@ -148,7 +148,7 @@ struct SessionTests {
         }
         if ending.reconnects {
             try await Self.eventually("a second connection") { session.connectionCount == 2 }
-            session.stop()
+            session.close()
             try await running.value
         } else {
             let error = await #expect(throws: BLIPSession.Stopped.self) { try await running.value }
@@ -171,7 +171,7 @@ struct SessionTests {
         #expect(states.first == "connecting 1" && states.dropFirst().first == "connected", "\(states)")
         #expect(states.last?.hasPrefix("stopped") == true, "\(states)")
         #expect(states.contains("waiting") == ending.reconnects, "\(states)")
-        await server.shutdown()
+        await server.close()
         await serving
     }
 
@@ -204,7 +204,7 @@ struct SessionTests {
         let running = Task { try await session.run { _ in } }
         if refusal.transient {
             try await Self.eventually("connected after the refusal") { session.connectionCount == 1 }
-            session.stop()
+            session.close()
             try await running.value
             #expect(script.upgrades.load(ordering: .relaxed) == 2)
         } else {
@@ -216,7 +216,7 @@ struct SessionTests {
             #expect((underlying as? BLIPHandshakeError)?.status == Int(refusal.name))
             #expect(script.upgrades.load(ordering: .relaxed) == 1)
         }
-        await server.shutdown()
+        await server.close()
         await serving
     }
 
@@ -232,9 +232,9 @@ struct SessionTests {
         let running = Task { try await session.run { _ in } }
         try await Self.eventually("connected after Retry-After") { session.connectionCount == 1 }
         #expect(ContinuousClock.now - start >= .seconds(1))
-        session.stop()
+        session.close()
         try await running.value
-        await server.shutdown()
+        await server.close()
         await serving
     }
 
@@ -256,7 +256,7 @@ struct SessionTests {
         let running = Task { try await session.run { _ in } }
         try await Self.eventually("connected with fresh credentials") { session.connectionCount == 1 }
         #expect(refreshes.load(ordering: .relaxed) == 1)
-        session.stop()
+        session.close()
         try await running.value
 
         // Refused again after the refresh: the session stops.
@@ -266,8 +266,8 @@ struct SessionTests {
         let second = BLIPSession(url: "ws://127.0.0.1:\(strict.port)/", configuration: configuration)
         await #expect(throws: BLIPSession.Stopped.self) { try await second.run { _ in } }
         #expect(twice.upgrades.load(ordering: .relaxed) == 2)
-        await server.shutdown()
-        await strict.shutdown()
+        await server.close()
+        await strict.close()
         await serving
         await servingStrict
     }
@@ -278,7 +278,7 @@ struct SessionTests {
         let script = Script()
         let first = try await Self.bind(script: script)
         let port = first.port
-        await first.shutdown()
+        await first.close()
         var configuration = BLIPSession.Configuration()
         configuration.retry = Self.fastRetry()
         let session = BLIPSession(url: "ws://127.0.0.1:\(port)/", configuration: configuration)
@@ -291,10 +291,10 @@ struct SessionTests {
         let server = try await Self.bind(port: port, script: script)
         async let serving: Void = server.run()
         try await Self.eventually("connected once the server is back") { session.connectionCount == 1 }
-        session.stop()
+        session.close()
         try await running.value
         await watcher.value
-        await server.shutdown()
+        await server.close()
         await serving
     }
 
@@ -302,7 +302,7 @@ struct SessionTests {
     func givesUp() async throws {
         let first = try await Self.bind(script: Script())
         let port = first.port
-        await first.shutdown()
+        await first.close()
         var configuration = BLIPSession.Configuration()
         configuration.retry = Self.fastRetry(maximumAttempts: 3)
         let session = BLIPSession(url: "ws://127.0.0.1:\(port)/", configuration: configuration)
@@ -329,7 +329,7 @@ struct SessionTests {
         session.reconnectNow()
         try await Self.eventually("connected at once") { session.connectionCount == 1 }
         #expect(ContinuousClock.now - start < .seconds(30))
-        session.stop()
+        session.close()
         try await running.value
 
         // Stopped while waiting a minute: run returns at once.
@@ -340,11 +340,11 @@ struct SessionTests {
         let secondRun = Task { try await second.run { _ in } }
         try await Self.eventually("waiting a minute") { if case .waiting = second.state { true } else { false } }
         let stopped = ContinuousClock.now
-        second.stop()
+        second.close()
         try await secondRun.value
         #expect(ContinuousClock.now - stopped < .seconds(30))
-        await server.shutdown()
-        await other.shutdown()
+        await server.close()
+        await other.close()
         await serving
         await servingOther
     }
@@ -367,10 +367,10 @@ struct SessionTests {
             }
         }
         try await Self.eventually("reconnected") { session.connectionCount == 2 }
-        session.stop()
+        session.close()
         try await running.value
         #expect(script.cookies.withLockedValue { $0 } == [nil, "SyncGatewaySession=abc123"])
-        await server.shutdown()
+        await server.close()
         await serving
     }
 
@@ -388,7 +388,7 @@ struct SessionTests {
             return
         }
         #expect(underlying is Broken)
-        await server.shutdown()
+        await server.close()
         await serving
     }
 

@@ -317,8 +317,8 @@ struct StaticFilesTests {
 
     static func withBigFile(
         size: Int,
-        handshakeTimeout: TimeAmount,
-        writeTimeout: TimeAmount,
+        handshakeTimeout: Duration,
+        writeTimeout: Duration,
         _ body: @Sendable (Int) async throws -> Void
     ) async throws {
         let folder = try TemporaryFolder()

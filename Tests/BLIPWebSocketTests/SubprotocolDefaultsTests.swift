@@ -38,7 +38,7 @@ struct SubprotocolDefaultsTests {
                     _ in
                 }
             }
-            #expect(error?.kind == .subprotocolRefused && error?.status == 500)
+            #expect(error?.code == .subprotocolRefused && error?.status == 500)
             #expect(error?.offeredSubprotocols == ["BLIP_3+CBMobile_4"])
             #expect(error?.serverSubprotocols == ["BLIP_3+CBMobile_3", "BLIP_3+CBMobile_2"])
             let text = "\(error.map { "\($0)" } ?? "")"

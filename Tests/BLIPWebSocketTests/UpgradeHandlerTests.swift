@@ -196,7 +196,7 @@ struct UpgradeHandlerTests {
             let error = await #expect(throws: BLIPHandshakeError.self) {
                 try await Self.connect(port: server.port) { _ in }
             }
-            #expect(error?.kind == .unauthorized && error?.status == 401)
+            #expect(error?.code == .unauthorized && error?.status == 401)
             #expect(error?.challenges.first?.scheme.lowercased() == "basic")
             #expect(error?.challenges.first?.realm == "blip")
             #expect(error?.isTransient == false)

@@ -262,7 +262,7 @@ struct CompressionTests {
         limited.maximumInflatedFrameSize = 1 << 20
         var replay = DirectionReplay(dialect: .blip3, configuration: limited)
         let error = #expect(throws: BLIPWireError.self) { try replay.receive(first) }
-        #expect(error?.reason == .inflatedTooLarge(limit: 1 << 20))
+        #expect(error?.code == .inflatedTooLarge(limit: 1 << 20))
         // The default limit accepts it.
         var accepting = DirectionReplay(dialect: .blip3)
         for frame in frames { try accepting.receive(frame) }
@@ -325,7 +325,7 @@ struct CompressionTests {
         let error = #expect(throws: BLIPWireError.self) {
             for frame in [damaged] + frames.dropFirst(2) { try corrupt.receive(frame) }
         }
-        #expect(error?.reason.caseName == "invalidGzipBody")
+        #expect(error?.code.caseName == "invalidGzipBody")
 
         let decoder = BLIPFrameDecoder(dialect: dialect)
         guard case .data(let first) = try decoder.decode(frames[0]) else { throw BLIPWireError(.truncatedVarint) }
@@ -337,7 +337,7 @@ struct CompressionTests {
                 _ = try reader.append(data.payload)
             }
         }
-        #expect(bomb?.reason == .bodyTooLarge(limit: 50_000))
+        #expect(bomb?.code == .bodyTooLarge(limit: 50_000))
     }
 
     @Test("gzip that does not shrink the body is not used", arguments: [BLIPDialect.seed, .blip2])

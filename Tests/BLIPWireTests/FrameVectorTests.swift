@@ -51,7 +51,7 @@ struct FrameVectorTests {
         let frame = ByteBuffer(hex: vector.hex)
         if vector.kind == "error" {
             let error = #expect(throws: BLIPWireError.self) { try replay.receive(frame) }
-            #expect(error?.reason.caseName == vector.reason)
+            #expect(error?.code.caseName == vector.reason)
             #expect(error?.frameIndex == 0)
             return
         }
@@ -77,7 +77,7 @@ struct FrameVectorTests {
             #expect(ack.byteCount == vector.ackCount)
         case ("malformedACK", .malformedACK(let header, let error)):
             #expect(header.messageNumber == vector.number)
-            #expect(error.reason == .truncatedVarint)
+            #expect(error.code == .truncatedVarint)
         case ("unknown", .unknownType(let header)):
             #expect(header.messageNumber == vector.number)
             #expect(header.type.rawValue == vector.rawType)

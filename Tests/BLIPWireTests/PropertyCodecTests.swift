@@ -47,7 +47,7 @@ struct PropertyCodecTests {
             let error = #expect(throws: BLIPWireError.self) {
                 try BLIPPropertyCodec.read(from: &input, dialect: vector.dialect, maximumSize: limit)
             }
-            #expect(error?.reason.caseName == vector.error)
+            #expect(error?.code.caseName == vector.error)
         }
     }
 

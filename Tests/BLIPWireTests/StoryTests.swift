@@ -73,7 +73,7 @@ struct StoryTests {
         for (index, frame) in story.frames.enumerated() {
             if index == story.errorAtFrame {
                 let error = #expect(throws: BLIPWireError.self) { try replay.receive(ByteBuffer(hex: frame.hex)) }
-                #expect(error?.reason.caseName == story.errorReason)
+                #expect(error?.code.caseName == story.errorReason)
                 break
             }
             try replay.receive(ByteBuffer(hex: frame.hex))

@@ -42,7 +42,7 @@ struct VarintTests {
         } else {
             let before = input.readerIndex
             let error = #expect(throws: BLIPWireError.self) { try input.readBLIPVarint() }
-            #expect(error?.reason.caseName == vector.reason)
+            #expect(error?.code.caseName == vector.reason)
             #expect(error?.offset == 0)
             #expect(input.readerIndex == before, "a failed read must not consume input")
         }

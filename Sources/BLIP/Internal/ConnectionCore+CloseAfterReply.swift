@@ -75,7 +75,7 @@ extension ConnectionCore {
         // Our own replies: no bound on their bytes (after the peer's error, 1 MiB bounds what it can make us
         // write).
         state.finishingReplies = .max
-        let status = BLIPCloseStatus(code: reason.code, reason: reason.message, initiator: .local)
+        let status = BLIPCloseStatus(code: reason.code, reason: reason.reason, initiator: .local)
         self.closeLocked(
             &state,
             status: status,

@@ -422,7 +422,7 @@ final class ConnectionCore: Sendable {
         self.state.withLockedValue { state in
             let status =
                 status
-                ?? state.requestedClose.map { BLIPCloseStatus(code: $0.code, reason: $0.message, initiator: .local) }
+                ?? state.requestedClose.map { BLIPCloseStatus(code: $0.code, reason: $0.reason, initiator: .local) }
                 ?? BLIPCloseStatus(code: .normalClosure, initiator: .peer)
             self.closeLocked(&state, status: status, error: self.connectionError(for: status), effects: &effects)
             state.finishingReplies = 0
@@ -598,7 +598,7 @@ final class ConnectionCore: Sendable {
         var reason = BLIPCloseReason(closeCode, String(error.message.prefix(120)))
         self.closeLocked(
             &state,
-            status: BLIPCloseStatus(code: closeCode, reason: reason.message, initiator: .local, underlying: error),
+            status: BLIPCloseStatus(code: closeCode, reason: reason.reason, initiator: .local, underlying: error),
             error: error,
             effects: &effects,
             finishingReplies: byPeer

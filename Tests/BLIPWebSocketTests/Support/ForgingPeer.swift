@@ -174,11 +174,11 @@ func withWatchedServer<T: Sendable>(
     }
     do {
         let result = try await body(watched)
-        await watched.server.shutdown()
+        await watched.server.close()
         await serving
         return result
     } catch {
-        await watched.server.shutdown()
+        await watched.server.close()
         await serving
         throw error
     }

@@ -248,11 +248,11 @@ func withServer<T: Sendable>(
     async let serving: Void = server.run()
     do {
         let result = try await body(server)
-        await server.shutdown()
+        await server.close()
         await serving
         return result
     } catch {
-        await server.shutdown()
+        await server.close()
         await serving
         throw error
     }

@@ -87,7 +87,7 @@ extension BLIPFrameFlags {
     }
 }
 
-extension BLIPWireError.Reason {
+extension BLIPWireError.Code {
     /// The case name, for comparing against the reasons named in fixture files.
     var caseName: String {
         let text = String(describing: self)

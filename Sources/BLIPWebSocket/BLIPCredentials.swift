@@ -1,0 +1,45 @@
+#if canImport(FoundationEssentials)
+    internal import FoundationEssentials
+#else
+    internal import Foundation
+#endif
+
+/// What a client proves who it is with, sent with the WebSocket handshake
+/// (``BLIPWebSocketClient/Configuration/credentials``): given as a value, so that a password never has to
+/// be percent-encoded into a URL. Sent to the URL's origin only: a redirect to another origin drops them.
+public struct BLIPCredentials: Sendable, Hashable, CustomStringConvertible {
+    /// The header field they are sent in.
+    let field: (name: String, value: String)
+
+    /// HTTP Basic (RFC 7617): `Authorization: Basic base64(user:password)`, as Sync Gateway's users log in.
+    public static func basic(user: String, password: String) -> BLIPCredentials {
+        BLIPCredentials(field: ("Authorization", "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()))
+    }
+
+    /// A bearer token (RFC 6750): `Authorization: Bearer <token>`, e.g. an OpenID Connect ID token.
+    public static func bearer(_ token: String) -> BLIPCredentials {
+        BLIPCredentials(field: ("Authorization", "Bearer " + token))
+    }
+
+    /// A session cookie: `Cookie: <name>=<value>`; Sync Gateway's is `SyncGatewaySession`.
+    public static func cookie(name: String, value: String) -> BLIPCredentials {
+        BLIPCredentials(field: ("Cookie", "\(name)=\(value)"))
+    }
+
+    /// Which kind they are, never the secret.
+    public var description: String {
+        if self.field.name == "Cookie" {
+            return "BLIPCredentials(cookie \(self.field.value.prefix { $0 != "=" }))"
+        }
+        return "BLIPCredentials(\(self.field.value.prefix { $0 != " " }))"
+    }
+
+    public static func == (left: BLIPCredentials, right: BLIPCredentials) -> Bool {
+        left.field == right.field
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(self.field.name)
+        hasher.combine(self.field.value)
+    }
+}
