@@ -171,6 +171,13 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // What a user of the library has: BLIP and BLIPWebSocket, nothing of NIO. Its tests fail to compile
+        // if a body, a time, a header or a credential needs another import.
+        .testTarget(
+            name: "BLIPUserImportTests",
+            dependencies: ["BLIP", "BLIPWebSocket"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPFuzzTests",
             dependencies: ["BLIPFuzz"],

@@ -62,6 +62,15 @@ public struct BLIPUpgradeRequest: Sendable {
         return (String(text[..<colon]), String(text[text.index(after: colon)...]))
     }
 
+    /// The token of an `Authorization: Bearer` header (RFC 6750), or nil when there is none.
+    public var bearerToken: String? {
+        guard let authorization = self.headers.first("Authorization") else { return nil }
+        let parts = authorization.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        let token = parts[1].trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
+    }
+
     /// The one-time session token the client offered as a `SyncGatewaySession_<token>` subprotocol entry (how
     /// browsers authenticate to Sync Gateway 3.3+), or nil. The server never echoes it: the 101 names the
     /// BLIP subprotocol only. Like the other credentials, it is never logged.

@@ -1,9 +1,4 @@
 public import BLIP
-#if canImport(FoundationEssentials)
-    public import FoundationEssentials
-#else
-    public import Foundation
-#endif
 internal import BLIPWire
 internal import Crypto
 public import Logging
@@ -12,6 +7,12 @@ internal import NIOHTTP1
 public import NIOPosix
 public import NIOSSL
 internal import NIOWebSocket
+
+#if canImport(FoundationEssentials)
+    public import FoundationEssentials
+#else
+    public import Foundation
+#endif
 
 /// Opens BLIP connections over WebSocket (`ws://` and `wss://`).
 public enum BLIPWebSocketClient {
@@ -214,7 +215,6 @@ public enum BLIPWebSocketClient {
             throw BLIPConnectionError(.handshakeFailed, "not a ws:// or wss:// URL: \(urlString)")
         }
         var headers = BLIPHTTPFields(configuration.headers.map { ($0.name, $0.value) })
-        let origin = url
         self.addCredentials(of: url, configured: configuration.credentials, to: &headers, logger: logger)
         var redirects = HandshakeRedirects(maximum: configuration.maximumRedirects)
         while true {
@@ -234,9 +234,8 @@ public enum BLIPWebSocketClient {
                     headers.remove("Authorization")
                     headers.remove("Cookie")
                 }
-                // Configured credentials go to the first URL's origin only.
-                let configured = next.hasSameOrigin(as: origin) ? configuration.credentials : nil
-                self.addCredentials(of: next, configured: configured, to: &headers, logger: logger)
+                // Configured credentials are in the headers already, and leave them with the origin.
+                self.addCredentials(of: next, configured: nil, to: &headers, logger: logger)
                 logger.debug("redirected", metadata: ["blip.url": "\(url)", "blip.location": "\(next)"])
                 url = next
             }

@@ -65,6 +65,33 @@ struct RedirectTests {
         #expect(second.headers.first("Host") == "127.0.0.1:\(target.port)")
     }
 
+    @Test(
+        "configured credentials (a bearer token, a session cookie) follow a same-origin redirect, not another origin",
+        arguments: [BLIPCredentials.bearer("tok"), .cookie(name: "SyncGatewaySession", value: "abc")]
+    )
+    func configuredCredentials(_ credentials: BLIPCredentials) async throws {
+        let target = try await CannedHTTPServer(group: Self.group) { _ in .upgrade(subprotocol: "BLIP_3+CBMobile_3") }
+        defer { Task { await target.close() } }
+        let origin = try await CannedHTTPServer(group: Self.group) { request in
+            request.target == "/db/start"
+                ? .status(307, "Temporary Redirect", headers: ["Location: /db/again"])
+                : .status(302, "Found", headers: ["Location: ws://127.0.0.1:\(target.port)/elsewhere"])
+        }
+        defer { Task { await origin.close() } }
+        var configuration = Self.quiet
+        configuration.credentials = credentials
+        let transport = try await BLIPWebSocketClient.openTransport(
+            to: "ws://127.0.0.1:\(origin.port)/db/start",
+            configuration: configuration
+        )
+        transport.close(.normal)
+        let expected =
+            "\(credentials)".contains("cookie") ? ("Cookie", "SyncGatewaySession=abc") : ("Authorization", "Bearer tok")
+        #expect(origin.requests.map { $0.headers[expected.0] } == [[expected.1], [expected.1]])
+        let moved = try #require(target.requests.first)
+        #expect(!moved.headers.contains("Authorization") && !moved.headers.contains("Cookie"))
+    }
+
     @Test("a loop ends in a typed error listing the chain")
     func loop() async throws {
         let server = try await CannedHTTPServer(group: Self.group) { request in
