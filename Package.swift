@@ -40,7 +40,6 @@ let package = Package(
     name: "swift-blip",
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
-        .library(name: "BLIPWire", targets: ["BLIPWire"]),
         .library(name: "BLIP", targets: ["BLIP"]),
         .library(name: "BLIPWebSocket", targets: ["BLIPWebSocket"]),
         // A separate product: only those who mount BLIP on Hummingbird build Hummingbird.

@@ -6,7 +6,7 @@ internal import NIOCore
 
 /// `blip autobahn-client`: the client side of Autobahn|Testsuite (`wstest -m fuzzingserver`). It asks the
 /// fuzzing server how many cases it has, runs each one by echoing every message back through
-/// ``BLIPRawWebSocket`` (the handler, framing and word-wide masking that BLIP clients use, with the echo
+/// `BLIPRawWebSocket` (the handler, framing and word-wide masking that BLIP clients use, with the echo
 /// done on the event loop), then asks the server to write its reports. Hidden: `.ci/autobahn.sh` runs it.
 struct AutobahnClientCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,4 +1,4 @@
-public import BLIPWire
+package import BLIPWire
 internal import Dispatch
 internal import Foundation
 internal import NIOCore
@@ -8,14 +8,14 @@ internal import Synchronization
 /// Fixtures capture format: `fNNN-<c2s|s2c>-<TYPE><number>.bin`, NNN counting both directions in order.
 /// `blip decode` (or any decoder) reads such a folder back. Files are written on a queue of their own, so
 /// the event loop only copies the bytes.
-public final class BLIPFrameCapture: Sendable {
-    public let directory: String
+package final class BLIPFrameCapture: Sendable {
+    package let directory: String
     let dialect: BLIPDialect
     private let index = Atomic<Int>(0)
     private let queue = DispatchQueue(label: "blip.capture")
 
     /// Creates `directory` (and its parents) if needed.
-    public init(directory: String, dialect: BLIPDialect) throws {
+    package init(directory: String, dialect: BLIPDialect) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.directory = directory
         self.dialect = dialect
@@ -52,7 +52,7 @@ public final class BLIPFrameCapture: Sendable {
     }
 
     /// Waits until every recorded frame is on disk.
-    public func flush() {
+    package func flush() {
         self.queue.sync {}
     }
 

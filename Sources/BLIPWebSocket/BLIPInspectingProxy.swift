@@ -1,9 +1,9 @@
 internal import BLIP
-public import BLIPWire
-public import Foundation
+package import BLIPWire
+package import Foundation
 internal import NIOConcurrencyHelpers
-public import NIOCore
-public import NIOPosix
+package import NIOCore
+internal import NIOPosix
 internal import NIOSSL
 
 /// A WebSocket proxy that shows the BLIP traffic passing through it (`blip proxy`).
@@ -15,62 +15,62 @@ internal import NIOSSL
 /// the other. Beside the relay, each direction is decoded in the dialect the upstream chose and every
 /// completed message is reported to the observer; a direction that cannot be decoded is reported once
 /// and then only relayed.
-public final class BLIPInspectingProxy: Sendable {
-    public struct Configuration: Sendable {
-        public var host = "127.0.0.1"
-        public var port = 4984
+package final class BLIPInspectingProxy: Sendable {
+    package struct Configuration: Sendable {
+        package var host = "127.0.0.1"
+        package var port = 4984
         /// Where clients are relayed to: `ws://` or `wss://`, with an optional path prefix.
-        public var upstream: BLIPWebSocketURL
+        package var upstream: BLIPWebSocketURL
         /// How the upstream's certificate is checked, and the certificate presented to it.
-        public var upstreamTLS = BLIPWebSocketClient.TLS()
+        package var upstreamTLS = BLIPWebSocketClient.TLS()
         /// Terminates TLS for clients (wss:// to the proxy).
-        public var tls: BLIPWebSocketServer.TLS?
+        package var tls: BLIPWebSocketServer.TLS?
         /// Decode BLIP beside the relay (off: relay and report handshakes, controls and closes only).
-        public var decodes = true
+        package var decodes = true
         /// Writes each upgraded connection's frames and handshake in the Fixtures format, one folder each.
-        public var captureDirectory: String?
+        package var captureDirectory: String?
         /// Header fields shown as `(redacted)` in reports and captured handshakes (never in the relay).
-        public var redactedHeaders: Set<String> = []
+        package var redactedHeaders: Set<String> = []
         /// The dialect of an upgrade answered without a subprotocol (the seed dialect's way).
-        public var dialectWithoutSubprotocol: BLIPDialect? = .seed
+        package var dialectWithoutSubprotocol: BLIPDialect? = .seed
         /// The largest WebSocket message decoded; a larger one stops the decoding of its direction.
-        public var maximumMessageSize = 16 << 20
+        package var maximumMessageSize = 16 << 20
         /// Message bodies up to this size get a SHA-256 in reports; larger ones only their size (hashing is
         /// what following bulk traffic costs most).
-        public var maximumDigestedBodySize = 1 << 20
+        package var maximumDigestedBodySize = 1 << 20
         /// The largest request or response head read.
-        public var maximumHeadSize = 16 * 1024
-        public var connectTimeout = Duration.seconds(10)
+        package var maximumHeadSize = 16 * 1024
+        package var connectTimeout = Duration.seconds(10)
 
         /// The fields that carry credentials, for ``redactedHeaders``.
-        public static let credentialHeaders: Set<String> = [
+        package static let credentialHeaders: Set<String> = [
             "Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie",
         ]
 
-        public init(upstream: BLIPWebSocketURL) {
+        package init(upstream: BLIPWebSocketURL) {
             self.upstream = upstream
         }
     }
 
     /// Which way a reported frame or message travelled.
-    public enum Direction: String, Sendable {
+    package enum Direction: String, Sendable {
         case clientToServer = "c2s"
         case serverToClient = "s2c"
     }
 
     /// Something the proxy saw, on the connection numbered `connection` (from 1, in accept order).
-    public struct Event: Sendable {
-        public var connection: Int
-        public var time: Date
-        public var kind: Kind
+    package struct Event: Sendable {
+        package var connection: Int
+        package var time: Date
+        package var kind: Kind
 
-        public init(connection: Int, time: Date, kind: Kind) {
+        package init(connection: Int, time: Date, kind: Kind) {
             self.connection = connection
             self.time = time
             self.kind = kind
         }
 
-        public enum Kind: Sendable {
+        package enum Kind: Sendable {
             case accepted(remoteAddress: String)
             /// The upstream answered the client's request (with a 101 or a refusal); `dialect` is what the
             /// connection is decoded as, nil when it is not (a refusal, an unknown subprotocol).
@@ -89,7 +89,7 @@ public final class BLIPInspectingProxy: Sendable {
             case closed(bytesFromClient: Int, bytesFromServer: Int, incomplete: [String])
         }
 
-        public enum Control: Sendable {
+        package enum Control: Sendable {
             case ping(ByteBuffer)
             case pong(ByteBuffer)
             case close(code: UInt16?, reason: String)
@@ -98,7 +98,7 @@ public final class BLIPInspectingProxy: Sendable {
         }
     }
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     private let channel: any Channel
     private let connections: ProxiedConnections
 
@@ -109,15 +109,15 @@ public final class BLIPInspectingProxy: Sendable {
     }
 
     /// The port the proxy listens on (the one picked, when the configuration asked for 0).
-    public var port: Int { self.channel.localAddress?.port ?? self.configuration.port }
+    package var port: Int { self.channel.localAddress?.port ?? self.configuration.port }
 
     /// Connections open now.
-    public var openConnectionCount: Int { self.connections.count }
+    package var openConnectionCount: Int { self.connections.count }
 
     /// Starts listening. `observer` is called on the connections' event loops, in order per connection:
     /// keep it short (queue the work elsewhere), since the connection's next read batch waits for it (each
     /// batch is relayed and flushed before it is inspected).
-    public static func start(
+    package static func start(
         configuration: Configuration,
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         observer: @escaping @Sendable (Event) -> Void
@@ -168,7 +168,7 @@ public final class BLIPInspectingProxy: Sendable {
 
     /// Stops listening and closes every relayed connection (both sockets) at once; returns when they are
     /// closed and their last events reported.
-    public func close() async {
+    package func close() async {
         try? await self.channel.close()
         let channels = self.connections.all
         for channel in channels { channel.close(promise: nil) }

@@ -1,17 +1,17 @@
 internal import BLIP
 internal import DequeModule
 internal import Dispatch
-public import Logging
+package import Logging
 internal import NIOConcurrencyHelpers
-public import NIOCore
-public import NIOPosix
+package import NIOCore
+internal import NIOPosix
 
 /// A WebSocket connection carrying plain messages instead of BLIP, over the same transport (the same
 /// handler, framing and masking). For measuring the transport on its own (the benchmark baselines, with a
 /// server whose ``BLIPWebSocketServer/Configuration/rawEndpoint`` is set) and for conformance tests.
-public final class BLIPRawWebSocket: Sendable {
+package final class BLIPRawWebSocket: Sendable {
     /// The subprotocol that asks a ``BLIPWebSocketServer`` for its raw endpoint.
-    public static let benchmarkSubprotocol = "blip-raw"
+    package static let benchmarkSubprotocol = "blip-raw"
 
     let transport: BLIPWebSocketTransport
     let sink: RawClientSink
@@ -25,7 +25,7 @@ public final class BLIPRawWebSocket: Sendable {
     ///
     /// With `echoes`, every message received is sent straight back (text as text) on the connection's
     /// event loop, the way a conformance suite's client must: ``receive()`` then only reports the close.
-    public static func connect(
+    package static func connect(
         to url: String,
         subprotocols: [String] = [benchmarkSubprotocol],
         echoes: Bool = false,
@@ -47,16 +47,16 @@ public final class BLIPRawWebSocket: Sendable {
     }
 
     /// The subprotocol the server chose, if any.
-    public var subprotocol: String? { self.transport.subprotocol }
+    package var subprotocol: String? { self.transport.subprotocol }
 
     /// Queues a message (binary unless `text`).
-    public func send(_ message: ByteBuffer, text: Bool = false) {
+    package func send(_ message: ByteBuffer, text: Bool = false) {
         self.sink.enqueue(message, text: text)
         self.transport.wakeWriter()
     }
 
     /// The next message received; nil once the connection has closed.
-    public func receive() async throws -> (message: ByteBuffer, isText: Bool)? {
+    package func receive() async throws -> (message: ByteBuffer, isText: Bool)? {
         try await self.sink.next()
     }
 
@@ -67,7 +67,7 @@ public final class BLIPRawWebSocket: Sendable {
     ///
     /// Returns each message's round-trip time, in the order sent. Messages received meanwhile are consumed;
     /// do not call ``receive()`` until it returns.
-    public func measureEchoes(of message: ByteBuffer, count: Int, inFlight: Int) async throws -> [Duration] {
+    package func measureEchoes(of message: ByteBuffer, count: Int, inFlight: Int) async throws -> [Duration] {
         precondition(count > 0 && inFlight > 0)
         let latencies = try await withCheckedThrowingContinuation { continuation in
             self.sink.startEchoes(
@@ -79,15 +79,15 @@ public final class BLIPRawWebSocket: Sendable {
     }
 
     /// How many messages were echoed (with `echoes`).
-    public var echoedCount: Int { self.sink.echoedCount }
+    package var echoedCount: Int { self.sink.echoedCount }
 
     /// Starts the close handshake (1000).
-    public func close() {
+    package func close() {
         self.transport.close(.normal)
     }
 
     /// Returns once the TCP connection has closed (after the close handshake, or when it was lost).
-    public func waitUntilClosed() async {
+    package func waitUntilClosed() async {
         try? await self.transport.closeFuture.get()
     }
 }

@@ -1,7 +1,7 @@
-public import BLIPWire
+package import BLIPWire
 internal import Crypto
 internal import Foundation
-public import NIOCore
+package import NIOCore
 
 /// Follows one direction of a BLIP connection frame by frame, as a third party watching it would: the
 /// checksum and the shared deflate stream of BLIP 3, gzip bodies and tokens of the older dialects, ACKs.
@@ -10,25 +10,25 @@ public import NIOCore
 ///
 /// After ``decode(_:at:)`` throws, the direction cannot be followed any further (the checksum or the
 /// inflater's state is lost); callers stop feeding it.
-public final class BLIPTrafficDecoder {
+package final class BLIPTrafficDecoder {
     /// Messages whose last frame has not arrived yet, at most: a peer that opens more is reported as an
     /// error instead of growing this decoder's memory (each may hold up to a property block, 100 KiB, until
     /// its properties are complete).
-    public static let maximumMessagesInProgress = 256
+    package static let maximumMessagesInProgress = 256
     /// Body bytes kept of each message for ``Message/bodyText`` and ``Message/bodyPrefix``.
-    public static let keptBodyBytes = 4096
+    package static let keptBodyBytes = 4096
     /// The largest storage (one socket read's) that a message's ``Message/bodyPrefix`` may share instead of
     /// copying from.
     static let sharedStorageLimit = 64 * 1024
 
     /// One frame, as decoded.
-    public struct Frame: Sendable {
-        public var header: BLIPFrameHeader
+    package struct Frame: Sendable {
+        package var header: BLIPFrameHeader
         /// The frame's size on the wire (the WebSocket message's payload).
-        public var length: Int
-        public var kind: Kind
+        package var length: Int
+        package var kind: Kind
 
-        public enum Kind: Sendable {
+        package enum Kind: Sendable {
             /// A data frame: `dataLength` bytes of the message after inflating, `bodyLength` as the frame
             /// decoder reports it, and the BLIP 3 checksum, already checked.
             case data(dataLength: Int, bodyLength: Int, checksum: UInt32?)
@@ -41,30 +41,30 @@ public final class BLIPTrafficDecoder {
     }
 
     /// A message whose last frame has arrived.
-    public struct Message: Sendable {
-        public var number: UInt64
-        public var type: BLIPMessageType
+    package struct Message: Sendable {
+        package var number: UInt64
+        package var type: BLIPMessageType
         /// The first frame's flags, without `moreComing`.
-        public var flags: BLIPFrameFlags
-        public var properties: BLIPProperties
-        public var bodyLength: Int
+        package var flags: BLIPFrameFlags
+        package var properties: BLIPProperties
+        package var bodyLength: Int
         /// Lowercase hex SHA-256 of the (inflated) body; nil for a body over the decoder's
         /// `maximumDigestedBodySize`.
-        public var bodySHA256: String?
+        package var bodySHA256: String?
         /// The body as text, when it is shorter than ``BLIPTrafficDecoder/keptBodyBytes`` and valid UTF-8.
-        public var bodyText: String?
+        package var bodyText: String?
         /// The body's first bytes (at most ``BLIPTrafficDecoder/keptBodyBytes``). For a message of one
         /// uncompressed frame, a slice of that frame's buffer (which holds at most 64 KiB); otherwise a copy.
-        public var bodyPrefix: ByteBuffer
-        public var frameCount: Int
+        package var bodyPrefix: ByteBuffer
+        package var frameCount: Int
         /// When the first frame arrived: the time given to ``BLIPTrafficDecoder/decode(_:at:)`` with it.
-        public var started: NIODeadline
+        package var started: NIODeadline
     }
 
     /// What one frame gave: itself, and the message it completed, if any.
-    public struct Step: Sendable {
-        public var frame: Frame
-        public var message: Message?
+    package struct Step: Sendable {
+        package var frame: Frame
+        package var message: Message?
     }
 
     private struct InProgress {
@@ -77,9 +77,9 @@ public final class BLIPTrafficDecoder {
         var started: NIODeadline
     }
 
-    public let dialect: BLIPDialect
+    package let dialect: BLIPDialect
     /// Bodies up to this size get a digest; hashing is the costliest part of following bulk traffic.
-    public let maximumDigestedBodySize: Int
+    package let maximumDigestedBodySize: Int
     private let frames: BLIPFrameDecoder
     private var inProgress: [MessageKey: InProgress] = [:]
 
@@ -88,21 +88,21 @@ public final class BLIPTrafficDecoder {
         var number: UInt64
     }
 
-    public init(dialect: BLIPDialect, maximumDigestedBodySize: Int = .max) {
+    package init(dialect: BLIPDialect, maximumDigestedBodySize: Int = .max) {
         self.dialect = dialect
         self.maximumDigestedBodySize = maximumDigestedBodySize
         self.frames = BLIPFrameDecoder(dialect: dialect)
     }
 
     /// The messages begun and not finished, as `MSG#n` / `RPY#n`, in number order.
-    public var incompleteMessages: [String] {
+    package var incompleteMessages: [String] {
         self.inProgress.keys.sorted { ($0.isRequest ? 0 : 1, $0.number) < ($1.isRequest ? 0 : 1, $1.number) }
             .map { "\($0.isRequest ? "MSG" : "RPY")#\($0.number)" }
     }
 
     /// Decodes the next frame of this direction (one WebSocket binary message's payload), which arrived at
     /// `time` (a message's ``Message/started`` is its first frame's).
-    public func decode(_ bytes: ByteBuffer, at time: NIODeadline = .now()) throws(BLIPTrafficDecodingError) -> Step {
+    package func decode(_ bytes: ByteBuffer, at time: NIODeadline = .now()) throws(BLIPTrafficDecodingError) -> Step {
         let decoded: BLIPDecodedFrame
         do {
             decoded = try self.frames.decode(bytes)
@@ -229,12 +229,12 @@ extension BLIPTrafficDecoder {
 }
 
 /// Why a direction could not be followed past a frame.
-public struct BLIPTrafficDecodingError: Error, Sendable, CustomStringConvertible {
+package struct BLIPTrafficDecodingError: Error, Sendable, CustomStringConvertible {
     /// The frame's header, when it decoded.
-    public var header: BLIPFrameHeader?
+    package var header: BLIPFrameHeader?
     /// The codec's error, when it was the codec that failed.
-    public var wire: BLIPWireError?
-    public var description: String
+    package var wire: BLIPWireError?
+    package var description: String
 
     init(header: BLIPFrameHeader?, wire: BLIPWireError?, text: String? = nil) {
         self.header = header

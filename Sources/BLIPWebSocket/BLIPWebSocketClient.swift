@@ -56,8 +56,8 @@ public enum BLIPWebSocketClient {
         public var closeTimeout = Duration.seconds(2)
         /// The largest WebSocket message accepted (fragments reassembled).
         public var maximumMessageSize = 1 << 20
-        /// Write every frame to a new folder `connection-NNN` under this one (see ``BLIPFrameCapture``).
-        public var captureDirectory: String?
+        /// Write every frame to a new folder `connection-NNN` under this one (see `BLIPFrameCapture`).
+        package var captureDirectory: String?
         public var connection = BLIPConnection.Configuration()
 
         public init() {}

@@ -55,12 +55,12 @@ public final class BLIPWebSocketServer: Sendable {
         /// process's file descriptors (while none is left, accepting pauses).
         public var maximumConnections: Int?
         /// Write every connection's frames to a new folder `connection-NNN` under this one.
-        public var captureDirectory: String?
+        package var captureDirectory: String?
         /// Connections that get a raw WebSocket endpoint instead of BLIP (echo, and the `sink:N` /
         /// `source:N` commands of the benchmark baselines): those offering this subprotocol, or all.
-        public var rawEndpoint = RawEndpointPolicy.none
+        package var rawEndpoint = RawEndpointPolicy.none
         /// What the raw endpoint does with text messages.
-        public var rawEndpointMode = RawEndpointMode.benchmark
+        package var rawEndpointMode = RawEndpointMode.benchmark
         public var connection = BLIPConnection.Configuration()
         /// Files served to plain HTTP requests on the same port (the browser client module, a web page and
         /// its assets); nil answers them 426, as a BLIP endpoint does.
@@ -96,16 +96,16 @@ public final class BLIPWebSocketServer: Sendable {
         public init() {}
     }
 
-    public enum RawEndpointPolicy: Hashable, Sendable {
+    package enum RawEndpointPolicy: Hashable, Sendable {
         case none
-        /// Clients offering this subprotocol get the raw endpoint (``BLIPRawWebSocket/benchmarkSubprotocol``).
+        /// Clients offering this subprotocol get the raw endpoint (`BLIPRawWebSocket.benchmarkSubprotocol`).
         case forSubprotocol(String)
         /// Every connection is raw (for Autobahn, whose client offers no subprotocol).
         case always
     }
 
     /// What a raw endpoint does.
-    public enum RawEndpointMode: Hashable, Sendable {
+    package enum RawEndpointMode: Hashable, Sendable {
         /// Echoes, except for the `sink:N` and `source:N` text commands of the benchmark baselines.
         case benchmark
         /// Echoes every message, text as text and binary as binary, whatever it says (for Autobahn).

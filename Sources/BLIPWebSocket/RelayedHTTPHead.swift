@@ -3,32 +3,32 @@ internal import NIOCore
 /// An HTTP/1.1 request or response head as it crossed the proxy: the start line and the header fields in
 /// their order and spelling. The proxy forwards heads as bytes (a re-encoding codec would change what the
 /// peers see), so it only needs to find where a head ends and read a few fields out of it.
-public struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
+package struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
     /// `GET /path HTTP/1.1` or `HTTP/1.1 101 Switching Protocols`.
-    public var startLine: String
-    public var fields: BLIPHTTPFields
+    package var startLine: String
+    package var fields: BLIPHTTPFields
 
     /// The response's status code (nil for a request or an unreadable status line).
-    public var status: Int? {
+    package var status: Int? {
         let parts = self.startLine.split(separator: " ", maxSplits: 2)
         guard parts.count >= 2, parts[0].hasPrefix("HTTP/") else { return nil }
         return Int(parts[1])
     }
 
     /// The request target of a request line.
-    public var target: String? {
+    package var target: String? {
         let parts = self.startLine.split(separator: " ", maxSplits: 2)
         guard parts.count == 3, !parts[0].hasPrefix("HTTP/") else { return nil }
         return String(parts[1])
     }
 
     /// The first value of a field, by case-insensitive name.
-    public subscript(name: String) -> String? {
+    package subscript(name: String) -> String? {
         self.fields.first(name)
     }
 
     /// The head with the values of the named fields (case-insensitive) replaced by `(redacted)`.
-    public func redacting(_ names: Set<String>) -> RelayedHTTPHead {
+    package func redacting(_ names: Set<String>) -> RelayedHTTPHead {
         self.replacingValues(of: names, with: "(redacted)")
     }
 
@@ -45,7 +45,7 @@ public struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The head as text, CRLF line ends and the blank line included.
-    public var description: String {
+    package var description: String {
         ([self.startLine] + self.fields.map { "\($0.name): \($0.value)" }).joined(separator: "\r\n") + "\r\n\r\n"
     }
 

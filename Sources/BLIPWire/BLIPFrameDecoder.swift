@@ -1,31 +1,31 @@
-public import NIOCore
+package import NIOCore
 
 /// A data frame (MSG, RPY or ERR) after decoding.
-public struct BLIPDataFrame: Hashable, Sendable {
-    public var header: BLIPFrameHeader
+package struct BLIPDataFrame: Hashable, Sendable {
+    package var header: BLIPFrameHeader
     /// This frame's slice of the message data: inflated in BLIP 3 if the frame was compressed; as sent
     /// (possibly a piece of a gzip body) in the older dialects.
-    public var payload: ByteBuffer
+    package var payload: ByteBuffer
     /// Bytes after the header, trailer included: what flow control counts and ACKs acknowledge.
-    public var bodyLength: Int
+    package var bodyLength: Int
     /// The frame's CRC-32 trailer (BLIP 3), already verified.
-    public var checksum: UInt32?
+    package var checksum: UInt32?
 }
 
 /// An ACK frame: the peer has received `byteCount` bytes of one of our messages.
-public struct BLIPACKFrame: Hashable, Sendable {
-    public var header: BLIPFrameHeader
-    public var byteCount: UInt64
+package struct BLIPACKFrame: Hashable, Sendable {
+    package var header: BLIPFrameHeader
+    package var byteCount: UInt64
 
     /// The type of our message being acknowledged: `.request` for ACKMSG, `.response` for ACKRPY
     /// (a response may be an RPY or an ERR).
-    public var acknowledgedType: BLIPMessageType {
+    package var acknowledgedType: BLIPMessageType {
         self.header.type == .ackRequest ? .request : .response
     }
 }
 
 /// One decoded frame.
-public enum BLIPDecodedFrame: Hashable, Sendable {
+package enum BLIPDecodedFrame: Hashable, Sendable {
     case data(BLIPDataFrame)
     case ack(BLIPACKFrame)
     /// An ACK whose byte count does not decode. LiteCore and go-blip ignore these.
@@ -43,21 +43,21 @@ public enum BLIPDecodedFrame: Hashable, Sendable {
 ///
 /// Its stored properties skip Swift's run-time exclusivity checks, as the connection engine's (BLIPEngine) do, for the
 /// same reason: it calls out to no other code, so no two accesses to its state can overlap.
-public final class BLIPFrameDecoder {
-    public struct Configuration: Hashable, Sendable {
+package final class BLIPFrameDecoder {
+    package struct Configuration: Hashable, Sendable {
         /// The most bytes one compressed frame may inflate to. LiteCore fills a frame until its
         /// *compressed* output nearly reaches 16 KiB, so one frame of text routinely inflates to 150 KB
         /// or more; 16 MiB covers any 16 KiB frame (deflate cannot exceed about 1:1032) while refusing
         /// bombs hidden in larger frames.
-        public var maximumInflatedFrameSize = 16 << 20
+        package var maximumInflatedFrameSize = 16 << 20
 
-        public init() {}
+        package init() {}
     }
 
-    public let dialect: BLIPDialect
-    public let configuration: Configuration
+    package let dialect: BLIPDialect
+    package let configuration: Configuration
     /// Frames decoded so far in this direction; also the index reported in errors.
-    @exclusivity(unchecked) public private(set) var framesDecoded = 0
+    @exclusivity(unchecked) package private(set) var framesDecoded = 0
 
     @exclusivity(unchecked) private var checksum = BLIPRunningChecksum()
     @exclusivity(unchecked) private var inflater: FrameInflater?
@@ -65,20 +65,20 @@ public final class BLIPFrameDecoder {
     @exclusivity(unchecked) private var framesInflated = 0
     let gzipPool = GzipDecompressorPool()
 
-    public init(dialect: BLIPDialect, configuration: Configuration = Configuration()) {
+    package init(dialect: BLIPDialect, configuration: Configuration = Configuration()) {
         self.dialect = dialect
         self.configuration = configuration
     }
 
     /// The running CRC-32 after the frames decoded so far (BLIP 3).
-    public var checksumValue: UInt32 { self.checksum.value }
+    package var checksumValue: UInt32 { self.checksum.value }
 
     /// Bytes produced by decompression so far: inflated frames (BLIP 3) and gzip bodies (the older
     /// dialects). What the limits on inflation keep bounded.
-    public var bytesInflated: Int { self.framesInflated + self.gzipPool.bytesInflated }
+    package var bytesInflated: Int { self.framesInflated + self.gzipPool.bytesInflated }
 
     /// Decodes the next frame of the direction (one WebSocket binary message).
-    public func decode(_ frame: ByteBuffer) throws(BLIPWireError) -> BLIPDecodedFrame {
+    package func decode(_ frame: ByteBuffer) throws(BLIPWireError) -> BLIPDecodedFrame {
         let index = self.framesDecoded
         self.framesDecoded += 1
         do throws(BLIPWireError) {
@@ -168,7 +168,7 @@ public final class BLIPFrameDecoder {
     /// A reader for a message whose first frame has `header`, sharing this direction's gzip inflaters.
     /// A gzip body stops inflating as soon as it passes `maximumBodySize`; one frame's piece of it may
     /// inflate to at most ``Configuration/maximumInflatedFrameSize``, as a BLIP 3 frame may.
-    public func makeMessageReader(
+    package func makeMessageReader(
         for header: BLIPFrameHeader,
         maximumPropertiesSize: Int = BLIPPropertyCodec.defaultMaximumSize,
         maximumBodySize: Int = .max

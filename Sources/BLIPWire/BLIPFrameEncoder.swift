@@ -1,16 +1,16 @@
-public import NIOCore
+package import NIOCore
 
 /// What ``BLIPFrameEncoder/encodeFrame(_:data:endOfMessage:maximumFrameSize:into:)`` wrote.
-public struct BLIPEncodedFrame: Hashable, Sendable {
+package struct BLIPEncodedFrame: Hashable, Sendable {
     /// The header as written: more-coming set unless this was the message's last frame; in BLIP 3,
     /// compressed set only if this frame's data really went through the deflater.
-    public var header: BLIPFrameHeader
+    package var header: BLIPFrameHeader
     /// Bytes of message data taken from the front of the data buffer.
-    public var dataBytesConsumed: Int
+    package var dataBytesConsumed: Int
     /// The whole frame's length.
-    public var frameLength: Int
+    package var frameLength: Int
     /// Bytes after the header, trailer included: the unit flow control counts and ACKs acknowledge.
-    public var bodyLength: Int
+    package var bodyLength: Int
 }
 
 /// Turns message data into frames for one direction of one connection, in send order.
@@ -21,49 +21,49 @@ public struct BLIPEncodedFrame: Hashable, Sendable {
 ///
 /// Its stored properties skip Swift's run-time exclusivity checks, as the connection engine's (BLIPEngine) do, for the
 /// same reason: it calls out to no other code, so no two accesses to its state can overlap.
-public final class BLIPFrameEncoder {
-    public struct Configuration: Hashable, Sendable {
+package final class BLIPFrameEncoder {
+    package struct Configuration: Hashable, Sendable {
         /// zlib level (1-9) for messages asking for compression; 0 turns compression off, and the
         /// compressed flag is then never sent (as LiteCore does at level 0).
-        public var compressionLevel: Int32
+        package var compressionLevel: Int32
         /// zlib memLevel of the BLIP 3 deflater; 9 is LiteCore's choice and gives its exact bytes.
-        public var deflateMemoryLevel: Int32 = 9
+        package var deflateMemoryLevel: Int32 = 9
         /// At level 6 (the default), set zlib's match parameters to good 8, lazy 128, nice 258, chain 48
         /// instead of level 6's 8, 16, 128, 128: on JSON documents (the bulk text workload) 4 % fewer bytes
         /// and faster, on prose and source code about 1 % more bytes and 30 % faster (measured with the
         /// system zlib). Off, the output is zlib's own level 6, byte for byte what LiteCore sends.
-        public var tunesDeflateForSpeed = true
+        package var tunesDeflateForSpeed = true
         /// Send data raw when compressing it would not pay: data that looks incompressible
         /// (``BLIPCompressibility``), and seed or BLIP 2 bodies whose gzip is not smaller.
-        public var skipsIncompressibleData = true
+        package var skipsIncompressibleData = true
         /// The most message data one compressed BLIP 3 frame may carry. A frame is filled until its
         /// compressed output nearly reaches the frame size (as LiteCore does), up to this much input.
-        public var maximumDataPerCompressedFrame = 256 * 1024
+        package var maximumDataPerCompressedFrame = 256 * 1024
         /// The largest property block this side will send.
-        public var maximumPropertiesSize = BLIPPropertyCodec.defaultMaximumSize
+        package var maximumPropertiesSize = BLIPPropertyCodec.defaultMaximumSize
 
-        public init(dialect: BLIPDialect) {
+        package init(dialect: BLIPDialect) {
             self.compressionLevel = dialect.defaultCompressionLevel
         }
     }
 
     /// Counters that make the compression decisions measurable.
-    public struct Statistics: Hashable, Sendable {
-        public var framesEncoded = 0
-        public var ackFramesEncoded = 0
+    package struct Statistics: Hashable, Sendable {
+        package var framesEncoded = 0
+        package var ackFramesEncoded = 0
         /// BLIP 3 frames whose data went through the deflater.
-        public var framesCompressed = 0
+        package var framesCompressed = 0
         /// Frames (BLIP 3) or bodies (seed, BLIP 2) that asked for compression but were sent raw because
         /// the data looked incompressible, or compressing did not make it smaller.
-        public var compressionSkipped = 0
+        package var compressionSkipped = 0
         /// Uncompressed bytes fed to compression, and the compressed bytes that came out.
-        public var bytesBeforeCompression = 0
-        public var bytesAfterCompression = 0
+        package var bytesBeforeCompression = 0
+        package var bytesAfterCompression = 0
     }
 
-    public let dialect: BLIPDialect
-    public let configuration: Configuration
-    @exclusivity(unchecked) public private(set) var statistics = Statistics()
+    package let dialect: BLIPDialect
+    package let configuration: Configuration
+    @exclusivity(unchecked) package private(set) var statistics = Statistics()
 
     @exclusivity(unchecked) private var checksum = BLIPRunningChecksum()
     @exclusivity(unchecked) private var deflater: FrameDeflater?
@@ -76,13 +76,13 @@ public final class BLIPFrameEncoder {
     static let maximumSpareCapacity = 2048
     var spareBufferCount: Int { self.spareBuffers.count }
 
-    public init(dialect: BLIPDialect, configuration: Configuration? = nil) {
+    package init(dialect: BLIPDialect, configuration: Configuration? = nil) {
         self.dialect = dialect
         self.configuration = configuration ?? Configuration(dialect: dialect)
     }
 
     /// The running CRC-32 after the frames encoded so far (BLIP 3).
-    public var checksumValue: UInt32 { self.checksum.value }
+    package var checksumValue: UInt32 { self.checksum.value }
 
     // MARK: - Message data
 
@@ -111,7 +111,7 @@ public final class BLIPFrameEncoder {
     /// which they are then written directly.
     ///
     /// - Returns: the data, and whether the message's frames carry the compressed flag.
-    public func makeMessageData(
+    package func makeMessageData(
         properties: BLIPProperties,
         body: ByteBuffer,
         compressed: Bool
@@ -147,7 +147,7 @@ public final class BLIPFrameEncoder {
 
     /// Gives back the data of a message whose frames have all been encoded: its buffer may hold the next
     /// message's data.
-    public func recycle(_ data: inout BLIPMessageData) {
+    package func recycle(_ data: inout BLIPMessageData) {
         guard self.spareBuffers.count < Self.maximumSpareBuffers, let buffer = data.takeDrainedBuffer(),
             buffer.capacity <= Self.maximumSpareCapacity
         else { return }
@@ -164,7 +164,7 @@ public final class BLIPFrameEncoder {
     /// ``makeMessageData(properties:body:compressed:)``.
     ///
     /// - Returns: whether the message's frames carry the compressed flag.
-    public func writeMessageData(
+    package func writeMessageData(
         properties: BLIPProperties,
         body: ByteBuffer,
         compressed: Bool,
@@ -200,7 +200,7 @@ public final class BLIPFrameEncoder {
     }
 
     /// Appends the length-prefixed property block, as this encoder's dialect and limits require.
-    public func writeProperties(_ properties: BLIPProperties, into data: inout ByteBuffer) throws(BLIPWireError) {
+    package func writeProperties(_ properties: BLIPProperties, into data: inout ByteBuffer) throws(BLIPWireError) {
         try BLIPPropertyCodec.write(
             properties,
             dialect: self.dialect,
@@ -220,7 +220,7 @@ public final class BLIPFrameEncoder {
     ///   - endOfMessage: whether `data` holds everything that is left of the message.
     ///   - maximumFrameSize: the whole frame's budget, header and trailer included.
     ///   - output: the frame is appended here.
-    public func encodeFrame(
+    package func encodeFrame(
         _ header: BLIPFrameHeader,
         data: inout BLIPMessageData,
         endOfMessage: Bool,
@@ -294,7 +294,7 @@ public final class BLIPFrameEncoder {
 
     /// Encodes the next frame of a message whose remaining data is one buffer; see
     /// ``encodeFrame(_:data:endOfMessage:maximumFrameSize:into:)``.
-    public func encodeFrame(
+    package func encodeFrame(
         _ header: BLIPFrameHeader,
         data: inout ByteBuffer,
         endOfMessage: Bool,
@@ -315,7 +315,7 @@ public final class BLIPFrameEncoder {
 
     /// Encodes an ACK frame: `byteCount` bytes of message `messageNumber` (request for `.ackRequest`,
     /// response for `.ackResponse`) have been received. ACKs carry no checksum and are never compressed.
-    public func encodeACK(
+    package func encodeACK(
         _ type: BLIPMessageType,
         messageNumber: UInt64,
         byteCount: UInt64,

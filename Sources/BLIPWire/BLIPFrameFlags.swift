@@ -1,24 +1,24 @@
 /// The boolean flags of a frame, independent of how a dialect lays them out on the wire.
-public struct BLIPFrameFlags: OptionSet, Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: UInt8
+package struct BLIPFrameFlags: OptionSet, Hashable, Sendable, CustomStringConvertible {
+    package var rawValue: UInt8
 
-    public init(rawValue: UInt8) {
+    package init(rawValue: UInt8) {
         self.rawValue = rawValue
     }
 
     /// The frame's data is compressed (BLIP 3: this frame's slice went through the deflate stream;
     /// seed and BLIP 2: the message body is gzip).
-    public static let compressed = BLIPFrameFlags(rawValue: 1 << 0)
+    package static let compressed = BLIPFrameFlags(rawValue: 1 << 0)
     /// The message should overtake normal traffic.
-    public static let urgent = BLIPFrameFlags(rawValue: 1 << 1)
+    package static let urgent = BLIPFrameFlags(rawValue: 1 << 1)
     /// A request that must not be answered.
-    public static let noReply = BLIPFrameFlags(rawValue: 1 << 2)
+    package static let noReply = BLIPFrameFlags(rawValue: 1 << 2)
     /// More frames of this message follow.
-    public static let moreComing = BLIPFrameFlags(rawValue: 1 << 3)
+    package static let moreComing = BLIPFrameFlags(rawValue: 1 << 3)
     /// An internal message (seed and BLIP 2 only; never used in practice).
-    public static let meta = BLIPFrameFlags(rawValue: 1 << 4)
+    package static let meta = BLIPFrameFlags(rawValue: 1 << 4)
 
-    public var description: String {
+    package var description: String {
         var names: [String] = []
         if self.contains(.compressed) { names.append("compressed") }
         if self.contains(.urgent) { names.append("urgent") }

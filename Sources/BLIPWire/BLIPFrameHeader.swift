@@ -1,26 +1,26 @@
-public import NIOCore
+package import NIOCore
 
 /// The header that starts every frame: a varint message number and a varint of type and flags.
-public struct BLIPFrameHeader: Hashable, Sendable, CustomStringConvertible {
+package struct BLIPFrameHeader: Hashable, Sendable, CustomStringConvertible {
     /// The largest message number written: go-blip and the Cocoa peers keep numbers in 32 bits.
-    public static let maximumMessageNumber = UInt64(UInt32.max)
+    package static let maximumMessageNumber = UInt64(UInt32.max)
 
-    public var messageNumber: UInt64
-    public var type: BLIPMessageType
-    public var flags: BLIPFrameFlags
+    package var messageNumber: UInt64
+    package var type: BLIPMessageType
+    package var flags: BLIPFrameFlags
 
-    public init(messageNumber: UInt64, type: BLIPMessageType, flags: BLIPFrameFlags = []) {
+    package init(messageNumber: UInt64, type: BLIPMessageType, flags: BLIPFrameFlags = []) {
         self.messageNumber = messageNumber
         self.type = type
         self.flags = flags
     }
 
-    public var description: String {
+    package var description: String {
         "\(self.type)#\(self.messageNumber)\(self.flags.isEmpty ? "" : " \(self.flags)")"
     }
 
     /// The type-and-flags value as `dialect` writes it.
-    public func wireFlags(in dialect: BLIPDialect) throws(BLIPWireError) -> UInt64 {
+    package func wireFlags(in dialect: BLIPDialect) throws(BLIPWireError) -> UInt64 {
         guard self.type.rawValue & ~dialect.typeMask == 0 else {
             throw BLIPWireError(.flagNotInDialect("type \(self.type.rawValue)"))
         }
@@ -37,7 +37,7 @@ public struct BLIPFrameHeader: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Splits a type-and-flags value read from the wire. Bits a dialect does not define are ignored.
-    public init(messageNumber: UInt64, wireFlags: UInt64, dialect: BLIPDialect) throws(BLIPWireError) {
+    package init(messageNumber: UInt64, wireFlags: UInt64, dialect: BLIPDialect) throws(BLIPWireError) {
         if dialect.rejectsFlagsAbove0xFF && wireFlags > 0xFF {
             throw BLIPWireError(.flagsOutOfRange(wireFlags))
         }
@@ -53,14 +53,14 @@ public struct BLIPFrameHeader: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Bytes this header takes on the wire; the more-coming flag never changes it.
-    public func encodedLength(in dialect: BLIPDialect) throws(BLIPWireError) -> Int {
+    package func encodedLength(in dialect: BLIPDialect) throws(BLIPWireError) -> Int {
         BLIPVarint.encodedLength(of: self.messageNumber)
             + BLIPVarint.encodedLength(of: try self.wireFlags(in: dialect))
     }
 
     /// Appends the header to `buffer`; returns the bytes written. Refuses numbers above 2^32-1.
     @discardableResult
-    public func write(to buffer: inout ByteBuffer, dialect: BLIPDialect) throws(BLIPWireError) -> Int {
+    package func write(to buffer: inout ByteBuffer, dialect: BLIPDialect) throws(BLIPWireError) -> Int {
         guard self.messageNumber <= Self.maximumMessageNumber else {
             throw BLIPWireError(.messageNumberTooLarge(self.messageNumber))
         }
@@ -76,7 +76,7 @@ public struct BLIPFrameHeader: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Reads a header from the start of `bytes`; returns it and its length.
-    public static func read(
+    package static func read(
         from bytes: UnsafeRawBufferPointer,
         dialect: BLIPDialect
     ) throws(BLIPWireError) -> (header: BLIPFrameHeader, length: Int) {

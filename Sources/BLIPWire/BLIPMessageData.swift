@@ -1,9 +1,9 @@
-public import NIOCore
+package import NIOCore
 
 /// The part of a message's data stream (property block, then body) that has not been framed yet, as a
 /// queue of buffers: a large body is framed straight from the caller's buffer, and a streamed body is
 /// appended chunk by chunk as it is produced.
-public struct BLIPMessageData: Sendable {
+package struct BLIPMessageData: Sendable {
     private var head: ByteBuffer
     private var queued: [ByteBuffer] = []
     private var queuedStart = 0
@@ -14,7 +14,7 @@ public struct BLIPMessageData: Sendable {
     /// message is written straight into its frame, not copied into a buffer of its own first.
     private var unencoded: UnencodedProperties?
     /// Bytes not yet framed.
-    public private(set) var readableBytes: Int
+    package private(set) var readableBytes: Int
 
     private struct UnencodedProperties: Sendable {
         var properties: BLIPProperties
@@ -23,12 +23,12 @@ public struct BLIPMessageData: Sendable {
         var dialect: BLIPDialect
     }
 
-    public init() {
+    package init() {
         self.head = ByteBuffer()
         self.readableBytes = 0
     }
 
-    public init(_ buffer: ByteBuffer) {
+    package init(_ buffer: ByteBuffer) {
         self.head = buffer
         self.readableBytes = buffer.readableBytes
     }
@@ -101,7 +101,7 @@ public struct BLIPMessageData: Sendable {
     }
 
     /// Appends bytes at the end of the stream (no copy).
-    public mutating func append(_ buffer: ByteBuffer) {
+    package mutating func append(_ buffer: ByteBuffer) {
         guard buffer.readableBytes > 0 else { return }
         self.encodeProperties()
         self.readableBytes += buffer.readableBytes

@@ -1,30 +1,30 @@
-public import NIOCore
+package import NIOCore
 
 /// Reassembles one message's data stream from its frames' payloads: the varint length and property block
 /// (which may straddle frames), then the body, handed out piece by piece as frames arrive.
 ///
 /// In the seed and BLIP 2 dialects a compressed message's body is one gzip stream, inflated here as it
 /// arrives. Make readers with ``BLIPFrameDecoder/makeMessageReader(for:maximumPropertiesSize:maximumBodySize:)``.
-public struct BLIPMessageReader {
+package struct BLIPMessageReader {
     private enum State {
         case readingProperties
         case readingBody
         case finished
     }
 
-    public let dialect: BLIPDialect
-    public let maximumPropertiesSize: Int
+    package let dialect: BLIPDialect
+    package let maximumPropertiesSize: Int
     /// The most body bytes (after gzip inflation, in the older dialects) this message may have.
-    public let maximumBodySize: Int
+    package let maximumBodySize: Int
     /// The most one frame's piece of a gzip body may inflate to (decompression-bomb guard).
-    public let maximumInflatedPieceSize: Int
+    package let maximumInflatedPieceSize: Int
 
     /// The properties, once the whole property block has arrived.
-    public private(set) var properties: BLIPProperties?
+    package private(set) var properties: BLIPProperties?
     /// Body bytes handed out so far (inflated, if the body was gzip).
-    public private(set) var bodyBytesRead = 0
+    package private(set) var bodyBytesRead = 0
     /// Message data bytes received so far (property block and body as framed).
-    public private(set) var dataBytesReceived = 0
+    package private(set) var dataBytesReceived = 0
 
     private var state = State.readingProperties
     private var pending = ByteBuffer()
@@ -49,15 +49,15 @@ public struct BLIPMessageReader {
     }
 
     /// Whether the body arrives as gzip (seed and BLIP 2 compressed messages).
-    public var isBodyCompressed: Bool { self.bodyIsGzip }
+    package var isBodyCompressed: Bool { self.bodyIsGzip }
 
     /// Bytes held while the property block is incomplete (it may straddle frames).
-    public var bufferedBytes: Int { self.pending.readableBytes }
+    package var bufferedBytes: Int { self.pending.readableBytes }
 
     /// Takes the next frame's payload and returns the body bytes it completes (possibly none).
     ///
     /// Uncompressed body bytes are returned as a slice of `payload`, without copying.
-    public mutating func append(_ payload: ByteBuffer) throws(BLIPWireError) -> ByteBuffer {
+    package mutating func append(_ payload: ByteBuffer) throws(BLIPWireError) -> ByteBuffer {
         precondition(self.state != .finished, "append after finish")
         let offset = self.dataBytesReceived
         self.dataBytesReceived += payload.readableBytes
@@ -69,7 +69,7 @@ public struct BLIPMessageReader {
     }
 
     /// Marks the message complete (its last frame was appended); checks that nothing is left half-read.
-    public mutating func finish() throws(BLIPWireError) {
+    package mutating func finish() throws(BLIPWireError) {
         defer { self.releaseGzip() }
         guard self.state == .readingBody else {
             throw BLIPWireError(.messageEndsInsideProperties, offset: self.dataBytesReceived)
@@ -84,7 +84,7 @@ public struct BLIPMessageReader {
     }
 
     /// Gives the reader's gzip inflater back before the message is complete (the message was abandoned).
-    public mutating func cancel() {
+    package mutating func cancel() {
         self.state = .finished
         self.pending = ByteBuffer()
         self.releaseGzip()

@@ -13,15 +13,15 @@
 /// sent compressed, or the peer's inflater and our deflater stop agreeing. So the estimate looks at the
 /// order-0 entropy of a sample of at most ``sampleSize`` bytes: random bytes measure close to 8 bits per
 /// byte, JSON and text 4.5 to 6.
-public enum BLIPCompressibility {
+package enum BLIPCompressibility {
     /// Bytes sampled (spread evenly over the data).
-    public static let sampleSize = 1024
+    package static let sampleSize = 1024
     /// Estimated bits per byte at or above which data is sent uncompressed. A 1024-byte sample of random
     /// bytes measures about 7.8; base64 text about 6.
-    public static let entropyThreshold = 7.2
+    package static let entropyThreshold = 7.2
 
     /// Estimated entropy, in bits per byte, of an evenly spread sample of `bytes`.
-    public static func estimatedEntropy(of bytes: UnsafeRawBufferPointer) -> Double {
+    package static func estimatedEntropy(of bytes: UnsafeRawBufferPointer) -> Double {
         let count = bytes.count
         guard count > 0 else { return 0 }
         let samples = min(count, sampleSize)
@@ -45,7 +45,7 @@ public enum BLIPCompressibility {
     }
 
     /// Whether `bytes` look worth deflating. Short data is always tried: the sample would say little.
-    public static func isWorthCompressing(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    package static func isWorthCompressing(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard bytes.count >= 256 else { return true }
         return self.estimatedEntropy(of: bytes) < self.entropyThreshold
     }

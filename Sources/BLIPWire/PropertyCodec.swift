@@ -1,13 +1,13 @@
-public import NIOCore
+package import NIOCore
 
 /// The property block: a varint byte length (written even when zero), then NUL-terminated UTF-8 strings
 /// alternating name, value, name, value. The seed and BLIP 2 dialects abbreviate table strings as tokens.
-public enum BLIPPropertyCodec {
+package enum BLIPPropertyCodec {
     /// LiteCore refuses to build, and treats as fatal on receipt, a block above 100 KiB.
-    public static let defaultMaximumSize = 100 * 1024
+    package static let defaultMaximumSize = 100 * 1024
 
     /// Bytes `properties` take in `dialect`, varint prefix included, after checking they can be sent.
-    public static func encodedLength(
+    package static func encodedLength(
         of properties: BLIPProperties,
         dialect: BLIPDialect,
         maximumSize: Int = defaultMaximumSize
@@ -21,7 +21,7 @@ public enum BLIPPropertyCodec {
     /// Refuses strings holding NUL, a block above `maximumSize`, empty strings in the seed dialect, and
     /// one-byte control strings where tokens exist (the peer would read them as tokens).
     @discardableResult
-    public static func write(
+    package static func write(
         _ properties: BLIPProperties,
         dialect: BLIPDialect,
         maximumSize: Int = defaultMaximumSize,
@@ -58,7 +58,7 @@ public enum BLIPPropertyCodec {
 
     /// Reads a length-prefixed block from the front of `buffer` and moves past it. On error the reader
     /// index is unchanged and the offset is relative to it.
-    public static func read(
+    package static func read(
         from buffer: inout ByteBuffer,
         dialect: BLIPDialect,
         maximumSize: Int = defaultMaximumSize
@@ -95,7 +95,7 @@ public enum BLIPPropertyCodec {
     }
 
     /// Decodes the bytes of a block (without its length prefix).
-    public static func decodeBlock(
+    package static func decodeBlock(
         _ block: UnsafeRawBufferPointer,
         dialect: BLIPDialect
     ) throws(BLIPWireError) -> BLIPProperties {
@@ -134,7 +134,7 @@ public enum BLIPPropertyCodec {
     }
 
     /// Decodes the bytes of a block held in a buffer (its readable bytes, without the length prefix).
-    public static func decodeBlock(_ block: ByteBuffer, dialect: BLIPDialect) throws(BLIPWireError) -> BLIPProperties {
+    package static func decodeBlock(_ block: ByteBuffer, dialect: BLIPDialect) throws(BLIPWireError) -> BLIPProperties {
         try block.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
             try self.decodeBlock(bytes, dialect: dialect)
         }

@@ -1,19 +1,19 @@
 internal import CBLIPZlib
-public import NIOCore
+package import NIOCore
 
 /// The BLIP 3 running CRC-32 of one direction (IEEE, as zlib's `crc32`): it runs over the uncompressed
 /// data of every non-ACK frame sent in that direction since the connection opened, and each frame ends
 /// with its value after that frame's data.
-public struct BLIPRunningChecksum: Hashable, Sendable {
-    public private(set) var value: UInt32 = 0
+package struct BLIPRunningChecksum: Hashable, Sendable {
+    package private(set) var value: UInt32 = 0
 
-    public init() {}
+    package init() {}
 
     /// Runs shorter than this go to ``SlicedCRC32``, longer ones to zlib (faster there).
     static let zlibThreshold = 256
 
     /// Extends the checksum over `bytes`.
-    public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+    package mutating func update(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
         if bytes.count < Self.zlibThreshold {
             self.value = SlicedCRC32.update(self.value, bytes)
@@ -23,12 +23,12 @@ public struct BLIPRunningChecksum: Hashable, Sendable {
     }
 
     /// Extends the checksum over the readable bytes of `buffer`.
-    public mutating func update(_ buffer: ByteBuffer) {
+    package mutating func update(_ buffer: ByteBuffer) {
         buffer.withUnsafeReadableBytes { self.update($0) }
     }
 
     /// The CRC-32 of `bytes` alone.
-    public static func checksum(of bytes: some Sequence<UInt8>) -> UInt32 {
+    package static func checksum(of bytes: some Sequence<UInt8>) -> UInt32 {
         var checksum = BLIPRunningChecksum()
         Array(bytes).withUnsafeBytes { checksum.update($0) }
         return checksum.value
