@@ -30,7 +30,7 @@ for argument in sorted(maps | includes):
     print(argument)
 PY
 )
-targets="${BLIP_DOCS_TARGETS:-BLIP BLIPWebSocket}"
+targets="${BLIP_DOCS_TARGETS:-BLIP BLIPWebSocket BLIPHummingbird}"
 for target in $targets; do
     graphs=".build/docs/symbol-graphs/$target"
     rm -rf "$graphs" ".build/docs/$target.doccarchive"

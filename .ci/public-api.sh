@@ -5,7 +5,7 @@
 #   - symbols: what the module's symbol graph holds as public (what DocC and the compiler see: members a
 #     type gets from `public` extensions, enum cases and protocol requirements count one each).
 # Fails when:
-#   - the declarations are more than .ci/public-api-limit (a ratchet: it only comes down), or
+#   - the declarations are more than .ci/public-api-limit (700: a surface a user can learn; it was 986), or
 #   - any public symbol mentions NIO's TimeAmount (times are Swift's Duration).
 # The graphs come from the modules the test build (.ci/test.sh) compiled; this runs that build's command
 # first, which does nothing when it has run.
