@@ -97,10 +97,20 @@ let package = Package(
             name: "BLIPWebSocket",
             dependencies: [
                 "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, nioSOCKS,
-                crypto, x509, asn1, logging, deque, serviceLifecycle,
+                crypto, x509, asn1, logging, deque, serviceLifecycle, httpTypes,
             ],
             // The browser client, compiled into the library (no bundle to find at run time).
             resources: [.embedInCode("Resources/blip.js"), .embedInCode("Resources/blip.d.ts")],
+            swiftSettings: swiftSettings
+        ),
+        // The inspecting proxy and the traffic decoder behind `blip proxy` and `blip decode`: package-internal,
+        // built only by the tool and the tests, not by users of BLIPWebSocket.
+        .target(
+            name: "BLIPInspection",
+            dependencies: [
+                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto,
+                logging, httpTypes,
+            ],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -114,7 +124,7 @@ let package = Package(
         .executableTarget(
             name: "BLIPTool",
             dependencies: [
-                "BLIPWebSocket", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, crypto, logging, serviceLifecycle,
+                "BLIPWebSocket", "BLIPInspection", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, crypto, logging, serviceLifecycle,
                 unixSignals,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -130,7 +140,7 @@ let package = Package(
         // Test helpers shared by the test targets (a gate for handlers, a bounded poll).
         .target(
             name: "BLIPTestSupport",
-            dependencies: ["BLIP", nioCore, nioLocks, logging],
+            dependencies: ["BLIP", nioCore, nioLocks, logging, httpTypes],
             path: "Tests/BLIPTestSupport",
             swiftSettings: swiftSettings
         ),
@@ -155,7 +165,7 @@ let package = Package(
         .testTarget(
             name: "BLIPWebSocketTests",
             dependencies: [
-                "BLIPWebSocket", "BLIP", "BLIPWire", "BLIPTestSupport", nioCore, nioPosix, nioLocks, nioHTTP1,
+                "BLIPWebSocket", "BLIPInspection", "BLIP", "BLIPWire", "BLIPTestSupport", nioCore, nioPosix, nioLocks, nioHTTP1,
                 nioWebSocket, nioSSL, crypto,
                 logging, serviceLifecycle, .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
@@ -185,7 +195,7 @@ let package = Package(
         .testTarget(
             name: "BLIPToolTests",
             dependencies: [
-                "BLIPTool", "BLIPWebSocket", "BLIP", "BLIPTestSupport", "BLIPPeerHarness", nioCore, nioPosix, nioLocks,
+                "BLIPTool", "BLIPWebSocket", "BLIPInspection", "BLIP", "BLIPTestSupport", "BLIPPeerHarness", nioCore, nioPosix, nioLocks,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

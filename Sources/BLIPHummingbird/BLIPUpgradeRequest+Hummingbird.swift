@@ -14,7 +14,7 @@ extension BLIPUpgradeRequest {
         self.init(
             method: request.method.rawValue,
             uri: request.uri.description,
-            headers: BLIPHTTPFields(request.headers.map { ($0.name.rawName, $0.value) }),
+            headers: request.headers,
             pathParameters: pathParameters
         )
     }

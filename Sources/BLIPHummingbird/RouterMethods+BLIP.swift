@@ -76,7 +76,7 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
                     configuration: configuration,
                     onConnection: onConnection
                 )
-                return Response(status: .switchingProtocols, headers: HTTPFields(extra))
+                return Response(status: .switchingProtocols, headers: extra)
             case .refuse(let status, let headers, let body):
                 if let problem = UpgradedServerChannel.problem(refusalStatus: status, headers: headers, body: body) {
                     context.logger.error(
@@ -85,7 +85,7 @@ extension RouterMethods where Context: BLIPUpgradeRequestContext {
                     )
                     return Response.text(status: .internalServerError, "internal server error\n")
                 }
-                var fields = HTTPFields(headers)
+                var fields = headers
                 if fields[.contentType] == nil { fields[.contentType] = "text/plain; charset=utf-8" }
                 return Response(
                     status: HTTPResponse.Status(code: status),
@@ -111,14 +111,5 @@ extension Response {
         var fields = headers
         fields[.contentType] = "text/plain; charset=utf-8"
         return Response(status: status, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
-    }
-}
-
-extension HTTPFields {
-    init(_ fields: BLIPHTTPFields) {
-        self.init()
-        for field in fields {
-            if let name = HTTPField.Name(field.name) { self.append(HTTPField(name: name, value: field.value)) }
-        }
     }
 }

@@ -69,7 +69,7 @@ enum UpgradeDecision: Sendable {
         let upgradeRequest = BLIPUpgradeRequest(
             method: head.method.rawValue,
             uri: head.uri,
-            headers: BLIPHTTPFields(head.headers.map { ($0.name, $0.value) }),
+            headers: HTTPFields(head.headers.map { ($0.name, $0.value) }),
             remoteAddress: peer.remoteAddress,
             peerCertificateChain: peer.certificateChain,
             pathParameters: accepted.pathParameters,

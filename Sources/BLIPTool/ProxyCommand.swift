@@ -1,4 +1,5 @@
 internal import ArgumentParser
+internal import BLIPInspection
 internal import BLIPWebSocket
 internal import BLIPWire
 internal import Foundation

@@ -1,3 +1,4 @@
+internal import BLIPInspection
 internal import BLIPWebSocket
 internal import BLIPWire
 internal import Foundation
@@ -168,7 +169,7 @@ struct ProxyLogFormat: Sendable {
         json.string("start_line", head.startLine)
         json.key("headers")
         json.beginArray()
-        for field in head.fields { json.stringArray([field.name, field.value]) }
+        for field in head.fields { json.stringArray([field.name.rawName, field.value]) }
         json.endArray()
         json.endObject()
     }

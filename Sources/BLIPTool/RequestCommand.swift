@@ -62,6 +62,12 @@ struct RequestCommand: AsyncParsableCommand {
         for header in self.headers where !header.contains(":") || header.hasPrefix(":") {
             throw ValidationError("--header takes 'Name: value', not '\(header)'")
         }
+        for header in self.headers {
+            let name = String(header.prefix { $0 != ":" }).trimmed
+            guard HTTPField.Name(name) != nil else {
+                throw ValidationError("--header: '\(name)' is not a header name (letters, digits and !#$%&'*+-.^_`|~)")
+            }
+        }
         if let user = self.user {
             guard user.contains(":") else { throw ValidationError("--user takes USER:PASS") }
             if self.headers.contains(where: { $0.lowercased().hasPrefix("authorization:") }) {
@@ -135,7 +141,7 @@ struct RequestCommand: AsyncParsableCommand {
         for url in refusal.redirects { lines.append("redirected from \(url)") }
         lines.append("HTTP \(refusal.status) \(refusal.reason) from \(refusal.url)")
         for field in refusal.headers
-        where ["www-authenticate", "location", "retry-after"].contains(field.name.lowercased()) {
+        where [.wwwAuthenticate, .location, .retryAfter].contains(field.name) {
             lines.append("\(field.name): \(field.value)")
         }
         if !refusal.body.isEmpty {
@@ -168,12 +174,18 @@ struct RequestCommand: AsyncParsableCommand {
         if !self.subprotocols.isEmpty { configuration.subprotocols = self.subprotocols }
         configuration.usesSeedDialect = self.dialect?.isSeed ?? false
         configuration.captureDirectory = self.capture
-        configuration.headers = self.headers.map { header in
+        for header in self.headers {
             let parts = header.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
-            return (String(parts[0]).trimmed, parts.count > 1 ? String(parts[1]).trimmed : "")
+            configuration.headers.add(
+                name: String(parts[0]).trimmed,
+                value: parts.count > 1 ? String(parts[1]).trimmed : ""
+            )
         }
-        if let user = self.user {
-            configuration.headers.append(("Authorization", "Basic " + Data(user.utf8).base64EncodedString()))
+        if let user = self.user, let colon = user.firstIndex(of: ":") {
+            configuration.credentials = .basic(
+                user: String(user[..<colon]),
+                password: String(user[user.index(after: colon)...])
+            )
         }
         configuration.maximumRedirects = self.maxRedirects
         self.reach.apply(to: &configuration)

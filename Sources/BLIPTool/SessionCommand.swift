@@ -68,9 +68,11 @@ struct SessionCommand: AsyncParsableCommand {
     func run() async throws {
         var configuration = BLIPSession.Configuration()
         if !self.subprotocols.isEmpty { configuration.client.subprotocols = self.subprotocols }
-        if let user = self.user {
-            let basic = Data(user.utf8).base64EncodedString()
-            configuration.client.headers.append((name: "Authorization", value: "Basic \(basic)"))
+        if let user = self.user, let colon = user.firstIndex(of: ":") {
+            configuration.client.credentials = .basic(
+                user: String(user[..<colon]),
+                password: String(user[user.index(after: colon)...])
+            )
         }
         configuration.client.heartbeatInterval = self.heartbeat > 0 ? .nanoseconds(Int64(self.heartbeat * 1e9)) : nil
         configuration.client.heartbeatTimeout = .nanoseconds(Int64(max(self.heartbeat, 1) * 1e9))

@@ -1,3 +1,4 @@
+internal import BLIPInspection
 internal import BLIPWebSocket
 internal import BLIPWire
 internal import Foundation

@@ -1,7 +1,7 @@
 package import BLIPWire
 internal import Dispatch
 internal import Foundation
-internal import NIOCore
+package import NIOCore
 internal import Synchronization
 
 /// Writes every frame of one connection to a folder, one file per WebSocket binary message, in the
@@ -22,7 +22,7 @@ package final class BLIPFrameCapture: Sendable {
     }
 
     /// A capture in a new numbered folder `connection-NNN` under `parent`.
-    static func forNewConnection(under parent: String, dialect: BLIPDialect, counter: CaptureCounter) throws
+    package static func forNewConnection(under parent: String, dialect: BLIPDialect, counter: CaptureCounter) throws
         -> BLIPFrameCapture
     {
         let number = counter.value.add(1, ordering: .relaxed).newValue
@@ -30,7 +30,7 @@ package final class BLIPFrameCapture: Sendable {
     }
 
     /// Records one frame; `clientToServer` names its direction.
-    func record(_ frame: ByteBuffer, clientToServer: Bool) {
+    package func record(_ frame: ByteBuffer, clientToServer: Bool) {
         let index = self.index.add(1, ordering: .relaxed).oldValue
         let header = frame.withUnsafeReadableBytes { try? BLIPFrameHeader.read(from: $0, dialect: self.dialect) }
         let type = header.map { "\($0.header.type)\($0.header.messageNumber)" } ?? "BAD"
@@ -43,7 +43,7 @@ package final class BLIPFrameCapture: Sendable {
     }
 
     /// Writes a file of text beside the frames (the proxy's handshake files), in order with them.
-    func write(named name: String, _ text: String) {
+    package func write(named name: String, _ text: String) {
         let path = "\(self.directory)/\(name)"
         let bytes = Data(text.utf8)
         self.queue.async {
@@ -63,6 +63,8 @@ package final class BLIPFrameCapture: Sendable {
 }
 
 /// Numbers capture folders (one counter per server, one for the process's clients).
-final class CaptureCounter: Sendable {
+package final class CaptureCounter: Sendable {
     let value = Atomic<Int>(0)
+
+    package init() {}
 }

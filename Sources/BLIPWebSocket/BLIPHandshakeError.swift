@@ -69,7 +69,7 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
     public var redirects: [String]
     public var status: Int
     public var reason: String
-    public var headers: BLIPHTTPFields
+    public var headers: HTTPFields
     /// The start of the response body, at most ``bodyExcerptLimit`` bytes.
     public var body: [UInt8]
     /// True when the body went on past ``body``.
@@ -85,7 +85,7 @@ public struct BLIPHandshakeError: BLIPClassifiedError, Sendable, CustomStringCon
         redirects: [String] = [],
         status: Int,
         reason: String,
-        headers: BLIPHTTPFields = [:],
+        headers: HTTPFields = [:],
         body: [UInt8] = [],
         bodyIsTruncated: Bool = false,
         detail: String? = nil,

@@ -8,11 +8,11 @@ public struct BLIPHandshakeResponse: Sendable, Hashable {
     public var status: Int
     public var reason: String
     /// Every header field of the response, in order, repeated names kept.
-    public var headers: BLIPHTTPFields
+    public var headers: HTTPFields
     /// The negotiated subprotocol, if any (none in the seed dialect).
     public var subprotocol: String?
 
-    public init(status: Int, reason: String, headers: BLIPHTTPFields, subprotocol: String?) {
+    public init(status: Int, reason: String, headers: HTTPFields, subprotocol: String?) {
         self.status = status
         self.reason = reason
         self.headers = headers
@@ -23,13 +23,13 @@ public struct BLIPHandshakeResponse: Sendable, Hashable {
         self.init(
             status: Int(head.status.code),
             reason: head.status.reasonPhrase,
-            headers: BLIPHTTPFields(head.headers),
+            headers: HTTPFields(head.headers),
             subprotocol: subprotocol
         )
     }
 }
 
-extension BLIPHTTPFields {
+extension HTTPFields {
     init(_ headers: HTTPHeaders) {
         self.init(headers.map { ($0.name, $0.value) })
     }

@@ -41,7 +41,7 @@ public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvert
     /// not supported, 8 address type not supported.
     public var socksReply: UInt8?
     public var reason: String?
-    public var headers: BLIPHTTPFields
+    public var headers: HTTPFields
     public var underlying: (any Error)?
 
     public init(
@@ -50,7 +50,7 @@ public struct BLIPProxyError: BLIPClassifiedError, Sendable, CustomStringConvert
         status: Int? = nil,
         socksReply: UInt8? = nil,
         reason: String? = nil,
-        headers: BLIPHTTPFields = [:],
+        headers: HTTPFields = [:],
         underlying: (any Error)? = nil
     ) {
         self.code = code

@@ -348,15 +348,12 @@ public final class BLIPSession: Sendable {
         waiter?.resume()
     }
 
-    static func merging(
-        cookie: String,
-        into headers: [(name: String, value: String)]
-    ) -> [(name: String, value: String)] {
+    static func merging(cookie: String, into headers: HTTPFields) -> HTTPFields {
         var headers = headers
-        if let index = headers.firstIndex(where: { $0.name.lowercased() == "cookie" }) {
+        if let index = headers.firstIndex(where: { $0.name == .cookie }) {
             headers[index].value += "; " + cookie
         } else {
-            headers.append((name: "Cookie", value: cookie))
+            headers.append(HTTPField(name: .cookie, value: cookie))
         }
         return headers
     }

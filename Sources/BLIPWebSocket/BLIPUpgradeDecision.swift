@@ -12,11 +12,11 @@ public enum BLIPUpgradeDecision: Sendable {
     /// Upgrade. `identity` becomes the connection's `BLIPConnection.identity` (seen by every handler as
     /// `BLIPRequestContext.identity`); `headers` are added to the `101 Switching Protocols` response.
     /// The handshake's own fields (`Upgrade`, `Connection`, `Sec-WebSocket-*`) cannot be set here.
-    case accept(identity: (any Sendable)?, headers: BLIPHTTPFields)
+    case accept(identity: (any Sendable)?, headers: HTTPFields)
     /// Answer with `status` (300 to 599), `headers` and `body`, then close the connection. The body is at
     /// most ``maximumRefusalBodySize`` bytes of UTF-8; `Content-Length` and `Connection` are the server's.
     /// A decision breaking these rules is answered with a bare 500 instead, and logged.
-    case refuse(status: Int, headers: BLIPHTTPFields, body: String)
+    case refuse(status: Int, headers: HTTPFields, body: String)
 
     /// The largest refusal body, in bytes: a refusal is a short explanation, and the server holds it in
     /// memory per refused connection.
@@ -35,7 +35,7 @@ public enum BLIPUpgradeDecision: Sendable {
     /// 401 with a `WWW-Authenticate: Basic` challenge for `realm` (RFC 7617).
     public static func unauthorized(realm: String, body: String = "authentication required") -> BLIPUpgradeDecision {
         let escaped = realm.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"")
-        return .refuse(status: 401, headers: ["WWW-Authenticate": "Basic realm=\"\(escaped)\""], body: body)
+        return .refuse(status: 401, headers: [.wwwAuthenticate: "Basic realm=\"\(escaped)\""], body: body)
     }
 
     /// 403: the client is known but may not reach this endpoint.

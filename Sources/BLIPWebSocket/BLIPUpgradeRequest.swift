@@ -13,7 +13,7 @@ public struct BLIPUpgradeRequest: Sendable {
     /// The part of ``uri`` after the first `?`, still percent-encoded; nil when there is no `?`.
     public var query: String?
     /// Every request header, in order.
-    public var headers: BLIPHTTPFields
+    public var headers: HTTPFields
     /// The client's address, `host:port` (`[host]:port` for IPv6); nil when unknown.
     public var remoteAddress: String?
     /// The client's certificate chain, leaf first, as DER bytes; empty without TLS or without a client
@@ -27,7 +27,7 @@ public struct BLIPUpgradeRequest: Sendable {
     public init(
         method: String = "GET",
         uri: String,
-        headers: BLIPHTTPFields = [:],
+        headers: HTTPFields = [:],
         remoteAddress: String? = nil,
         peerCertificateChain: [[UInt8]] = [],
         pathParameters: [String: String] = [:],

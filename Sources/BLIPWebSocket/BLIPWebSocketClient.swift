@@ -26,7 +26,7 @@ public enum BLIPWebSocketClient {
         public var sessionToken: String?
         /// Extra request headers. An `Authorization` here wins over ``credentials`` and credentials in
         /// the URL.
-        public var headers: [(name: String, value: String)] = []
+        public var headers: HTTPFields = [:]
         /// Credentials sent with the handshake to the URL's origin; they win over a user and password in
         /// the URL.
         public var credentials: BLIPCredentials?
@@ -214,7 +214,7 @@ public enum BLIPWebSocketClient {
         guard var url = BLIPWebSocketURL(urlString) else {
             throw BLIPConnectionError(.handshakeFailed, "not a ws:// or wss:// URL: \(urlString)")
         }
-        var headers = BLIPHTTPFields(configuration.headers.map { ($0.name, $0.value) })
+        var headers = configuration.headers
         self.addCredentials(of: url, configured: configuration.credentials, to: &headers, logger: logger)
         var redirects = HandshakeRedirects(maximum: configuration.maximumRedirects)
         while true {
@@ -247,7 +247,7 @@ public enum BLIPWebSocketClient {
     private static func addCredentials(
         of url: BLIPWebSocketURL,
         configured: BLIPCredentials?,
-        to headers: inout BLIPHTTPFields,
+        to headers: inout HTTPFields,
         logger: Logger
     ) {
         if let configured, configured.field.name == "Cookie" {
@@ -268,7 +268,7 @@ public enum BLIPWebSocketClient {
     /// One request: the upgrade, or a ``BLIPHandshakeError`` saying what the server answered instead.
     private static func attempt(
         _ url: BLIPWebSocketURL,
-        headers fields: BLIPHTTPFields,
+        headers fields: HTTPFields,
         configuration: Configuration,
         rawSink: (any FrameSink)?,
         eventLoopGroup: any EventLoopGroup,
@@ -278,7 +278,7 @@ public enum BLIPWebSocketClient {
         let offered = configuration.usesSeedDialect ? [] : configuration.subprotocols
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: url.hostHeader)
-        for field in fields { headers.add(name: field.name, value: field.value) }
+        for field in fields { headers.add(name: field.name.rawName, value: field.value) }
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: url.target, headers: headers)
         let settings = BLIPWebSocketHandler.Settings(
             role: .client,
@@ -403,7 +403,7 @@ public enum BLIPWebSocketClient {
         }
     }
 
-    static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
+    package static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
         var configuration = tls.configuration ?? TLSConfiguration.makeClientConfiguration()
         if case .pemFile(let path) = tls.trustRoots {
             configuration.trustRoots = .certificates(try NIOSSLCertificate.fromPEMFile(path))
@@ -429,7 +429,7 @@ public enum BLIPWebSocketClient {
         return try NIOSSLContext(configuration: configuration)
     }
 
-    static func makeTLSHandler(_ context: NIOSSLContext, host: String, tls: TLS) throws -> NIOSSLClientHandler {
+    package static func makeTLSHandler(_ context: NIOSSLContext, host: String, tls: TLS) throws -> NIOSSLClientHandler {
         // SNI takes names only: no IP literals.
         let name = tls.serverName ?? host
         let serverHostname = (try? SocketAddress(ipAddress: name, port: 0)) != nil ? nil : name

@@ -5,7 +5,7 @@ internal import NIOConcurrencyHelpers
 public import NIOCore
 internal import NIOHTTP1
 public import NIOPosix
-internal import NIOSSL
+package import NIOSSL
 internal import NIOWebSocket
 public import ServiceLifecycle
 
@@ -163,7 +163,7 @@ public final class BLIPWebSocketServer: Sendable {
 
     /// The port the server listens on.
     /// The server side of TLS, from PEM files; shared with the proxy that terminates TLS for its clients.
-    static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
+    package static func makeTLSContext(_ tls: TLS) throws -> NIOSSLContext {
         let chain = try NIOSSLCertificate.fromPEMFile(tls.certificateChainPath).map {
             NIOSSLCertificateSource.certificate($0)
         }

@@ -122,7 +122,7 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
                 url: self.url.description,
                 status: status,
                 reason: response.status.reasonPhrase,
-                headers: BLIPHTTPFields(response.headers),
+                headers: HTTPFields(response.headers),
                 body: self.body,
                 bodyIsTruncated: bodyIsTruncated,
                 detail: detail,

@@ -93,7 +93,7 @@ enum ProxyTunnel {
     ) -> BLIPProxyError {
         let status = response.map { Int($0.status.code) }
         let reason = response?.status.reasonPhrase
-        let headers = response.map { BLIPHTTPFields($0.headers) } ?? [:]
+        let headers = response.map { HTTPFields($0.headers) } ?? [:]
         func make(_ kind: BLIPProxyError.Code, underlying: (any Error)? = error) -> BLIPProxyError {
             BLIPProxyError(
                 code: kind,

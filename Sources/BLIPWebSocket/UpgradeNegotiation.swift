@@ -51,7 +51,7 @@ final class UpgradeNegotiation {
         let request = BLIPUpgradeRequest(
             method: head.method.rawValue,
             uri: head.uri,
-            headers: BLIPHTTPFields(head.headers.map { ($0.name, $0.value) }),
+            headers: HTTPFields(head.headers.map { ($0.name, $0.value) }),
             remoteAddress: Self.describe(channel.remoteAddress),
             peerCertificateChain: Self.peerCertificateChain(channel),
             pathParameters: self.policy.pathParameters(head.uri) ?? [:],
@@ -101,7 +101,7 @@ final class UpgradeNegotiation {
             } else {
                 self.outcome = .upgrade(verdict: verdict, request: request, identity: identity)
                 var headers = Self.handshakeHeaders(verdict.subprotocol)
-                for field in extra { headers.add(name: field.name, value: field.value) }
+                for field in extra { headers.add(name: field.name.rawName, value: field.value) }
                 promise.succeed(headers)
                 return
             }
@@ -111,7 +111,7 @@ final class UpgradeNegotiation {
                 self.logger.error("the upgrade handler's refusal is invalid; answered 500", metadata: metadata)
                 self.outcome = .refuse(.internalError)
             } else {
-                var fields = HTTPHeaders(headers.map { ($0.name, $0.value) })
+                var fields = HTTPHeaders(headers.pairs)
                 if !headers.contains("Content-Type") {
                     fields.add(name: "Content-Type", value: "text/plain; charset=utf-8")
                 }
@@ -141,9 +141,9 @@ final class UpgradeNegotiation {
     }
 
     /// Why an accept's headers cannot be sent, or nil.
-    static func problem(acceptHeaders headers: BLIPHTTPFields) -> String? {
+    static func problem(acceptHeaders headers: HTTPFields) -> String? {
         for field in headers {
-            let name = field.name.lowercased()
+            let name = field.name.canonicalName
             if name == "upgrade" || name == "connection" || name.hasPrefix("sec-websocket-") {
                 return "\(field.name) is the handshake's own field"
             }
@@ -152,7 +152,7 @@ final class UpgradeNegotiation {
     }
 
     /// Why a refusal cannot be sent, or nil.
-    static func problem(refusalStatus status: Int, headers: BLIPHTTPFields, body: String) -> String? {
+    static func problem(refusalStatus status: Int, headers: HTTPFields, body: String) -> String? {
         guard (300...599).contains(status) else { return "status \(status) is not 300 to 599" }
         guard body.utf8.count <= BLIPUpgradeDecision.maximumRefusalBodySize else {
             return "a body of \(body.utf8.count) bytes is over \(BLIPUpgradeDecision.maximumRefusalBodySize)"
@@ -164,9 +164,9 @@ final class UpgradeNegotiation {
     }
 
     /// Header fields that would break the response (or split it in two: RFC 9110 5.5).
-    private static func problem(_ headers: BLIPHTTPFields) -> String? {
+    private static func problem(_ headers: HTTPFields) -> String? {
         for field in headers {
-            guard !field.name.isEmpty, field.name.utf8.allSatisfy(HTTPToken.isTokenCharacter) else {
+            guard !field.name.rawName.isEmpty, field.name.rawName.utf8.allSatisfy(HTTPToken.isTokenCharacter) else {
                 return "invalid header name \"\(field.name)\""
             }
             guard !field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {

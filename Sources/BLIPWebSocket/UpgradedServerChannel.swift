@@ -80,12 +80,12 @@ package struct UpgradedServerChannel: Sendable {
     }
 
     /// Why the extra headers of an accept cannot go into a 101, or nil.
-    package static func problem(acceptHeaders headers: BLIPHTTPFields) -> String? {
+    package static func problem(acceptHeaders headers: HTTPFields) -> String? {
         UpgradeNegotiation.problem(acceptHeaders: headers)
     }
 
     /// Why a refusal cannot be sent, or nil.
-    package static func problem(refusalStatus status: Int, headers: BLIPHTTPFields, body: String) -> String? {
+    package static func problem(refusalStatus status: Int, headers: HTTPFields, body: String) -> String? {
         UpgradeNegotiation.problem(refusalStatus: status, headers: headers, body: body)
     }
 

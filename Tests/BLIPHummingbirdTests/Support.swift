@@ -125,7 +125,7 @@ func clientConfiguration(
     configuration.heartbeatInterval = nil
     if let user {
         let credentials = Data("\(user):\(password)".utf8).base64EncodedString()
-        configuration.headers = [("Authorization", "Basic \(credentials)")]
+        configuration.headers = ["Authorization": "Basic \(credentials)"]
     }
     return configuration
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BLIP
+import BLIPTestSupport
 import BLIPWebSocket
 import Foundation
 import NIOConcurrencyHelpers
@@ -309,18 +310,22 @@ struct RequestExitCodeTests {
         #expect(!report.contains("Content-Length"))
     }
 
-    @Test("--user becomes Authorization: Basic; --header takes Name: value; both Authorization is an error")
+    @Test(
+        "--user becomes Basic credentials; --header takes Name: value with a token name; both Authorization is an error"
+    )
     func credentialsOptions() throws {
         let configuration = try RequestCommand.parse(
             ["ws://x", "--profile", "p", "--user", "alice:pa:ss", "--header", "Cookie: a=b", "--max-redirects", "0"]
         ).makeConfiguration()
         let headers = configuration.headers.map { "\($0.name)=\($0.value)" }
-        #expect(headers == ["Cookie=a=b", "Authorization=Basic " + Data("alice:pa:ss".utf8).base64EncodedString()])
+        #expect(headers == ["Cookie=a=b"])
+        #expect(configuration.credentials == .basic(user: "alice", password: "pa:ss"))
         #expect(configuration.maximumRedirects == 0)
         for arguments in [
             ["--user", "nopassword"],
             ["--user", "a:b", "--header", "authorization: Bearer x"],
             ["--header", "no colon"],
+            ["--header", "Bad Name: x"],
             ["--max-redirects", "-1"],
             ["--timeout", "0"],
             ["--timeout", "-1"],
@@ -491,7 +496,7 @@ struct RequireBasicTests {
     static func whoami(port: Int, authorization: String?) async -> Result<String, BLIPConnectionError> {
         var configuration = BLIPWebSocketClient.Configuration()
         configuration.heartbeatInterval = nil
-        if let authorization { configuration.headers = [("Authorization", authorization)] }
+        if let authorization { configuration.headers = ["Authorization": authorization] }
         do {
             let identity = NIOLockedValueBox("")
             try await BLIPWebSocketClient.connect(

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BLIP
+import BLIPInspection
 import BLIPWebSocket
 import NIOConcurrencyHelpers
 import Testing

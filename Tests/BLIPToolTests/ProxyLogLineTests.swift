@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import Testing
 
+@testable import BLIPInspection
 @testable import BLIPTool
 @testable import BLIPWebSocket
 

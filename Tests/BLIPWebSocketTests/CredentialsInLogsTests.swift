@@ -39,7 +39,7 @@ struct CredentialsInLogsTests {
             seen.record(connection: accepted.connection.upgradeRequest?.userAgent)
         }
         var client = BLIPWebSocketClient.Configuration()
-        client.headers = [("Cookie", Self.cookie), ("User-Agent", "CouchbaseLite/4.0.0 (Swift; test)")]
+        client.headers = ["Cookie": Self.cookie, "User-Agent": "CouchbaseLite/4.0.0 (Swift; test)"]
         client.sessionToken = Self.token
         try await BLIPWebSocketClient.connect(
             to:

@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import BLIPWebSocket
 import Foundation
 import NIOCore
@@ -197,7 +198,7 @@ struct HandshakeResponseTests {
         let server = try await CannedHTTPServer(group: Self.group) { _ in .upgrade(subprotocol: "BLIP_3+CBMobile_3") }
         defer { Task { await server.close() } }
         var configuration = Self.quiet
-        configuration.headers = [("authorization", "Bearer token")]
+        configuration.headers = ["authorization": "Bearer token"]
         let transport = try await BLIPWebSocketClient.openTransport(
             to: "ws://user:pass@127.0.0.1:\(server.port)/",
             configuration: configuration

@@ -1,4 +1,5 @@
 import BLIP
+import BLIPInspection
 import BLIPTestSupport
 import BLIPWebSocket
 import BLIPWire

@@ -118,7 +118,7 @@ struct LoopbackTests {
             return offered.first
         }
         var configuration = BLIPWebSocketClient.Configuration()
-        configuration.headers = [("Authorization", "Basic dXNlcjpwYXNz"), ("Cookie", "SyncGatewaySession=abc")]
+        configuration.headers = ["Authorization": "Basic dXNlcjpwYXNz", "Cookie": "SyncGatewaySession=abc"]
         configuration.heartbeatInterval = nil
         let transport = try await BLIPWebSocketClient.openTransport(
             to: "ws://127.0.0.1:\(server.port)/db",

@@ -23,7 +23,7 @@ struct RedirectTests {
         }
         defer { Task { await server.close() } }
         var configuration = Self.quiet
-        configuration.headers = [("Cookie", "SyncGatewaySession=abc")]
+        configuration.headers = ["Cookie": "SyncGatewaySession=abc"]
         let transport = try await BLIPWebSocketClient.openTransport(
             to: "ws://user:pw@127.0.0.1:\(server.port)/db/start",
             configuration: configuration
@@ -49,7 +49,7 @@ struct RedirectTests {
         }
         defer { Task { await origin.close() } }
         var configuration = Self.quiet
-        configuration.headers = [("Cookie", "SyncGatewaySession=abc"), ("X-Trace", "1")]
+        configuration.headers = ["Cookie": "SyncGatewaySession=abc", "X-Trace": "1"]
         let transport = try await BLIPWebSocketClient.openTransport(
             to: "ws://user:pw@127.0.0.1:\(origin.port)/db",
             configuration: configuration

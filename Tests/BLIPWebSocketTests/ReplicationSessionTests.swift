@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -116,7 +117,7 @@ struct ReplicationSessionTests {
 
             // 3. The cookie alone: the replication itself.
             var configuration = Self.clientConfiguration
-            configuration.headers = [("Cookie", pair)]
+            configuration.headers = ["Cookie": pair]
             let changes = ChangesFeed()
             var clientRouter = BLIPRouter(handlerOrder: .serial)
             clientRouter.register(profile: "changes") { request, _ in

@@ -1,4 +1,5 @@
 import BLIP
+import BLIPTestSupport
 import NIOCore
 import NIOPosix
 import Testing
@@ -83,7 +84,7 @@ struct ServerLimitsTests {
                 #expect(close.statusLine == "HTTP/1.1 400 Bad Request", "\(size)")
             }
             var client = BLIPWebSocketClient.Configuration()
-            client.headers = [("Cookie", String(repeating: "c", count: 12 * 1024))]
+            client.headers = ["Cookie": String(repeating: "c", count: 12 * 1024)]
             try await BLIPWebSocketClient.connect(
                 to: "ws://127.0.0.1:\(server.port)/",
                 configuration: client,

@@ -249,7 +249,7 @@ struct SessionTests {
         configuration.refreshCredentials = { _ in
             refreshes.add(1, ordering: .relaxed)
             var fresh = BLIPWebSocketClient.Configuration()
-            fresh.headers = [(name: "Authorization", value: "Bearer fresh")]
+            fresh.headers = ["Authorization": "Bearer fresh"]
             return fresh
         }
         let session = BLIPSession(url: "ws://127.0.0.1:\(server.port)/", configuration: configuration)

@@ -1,4 +1,5 @@
 import BLIP
+import BLIPInspection
 import BLIPWebSocket
 import Foundation
 import NIOCore

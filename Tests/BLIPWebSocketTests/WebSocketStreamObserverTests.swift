@@ -1,6 +1,7 @@
 import NIOCore
 import Testing
 
+@testable import BLIPInspection
 @testable import BLIPWebSocket
 
 @Suite("the proxy's frame reader, on a stream split anywhere")

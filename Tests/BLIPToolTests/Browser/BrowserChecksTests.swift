@@ -1,3 +1,4 @@
+import BLIPInspection
 import BLIPWebSocket
 import BLIPWire
 import Foundation

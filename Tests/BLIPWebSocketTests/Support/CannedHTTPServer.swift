@@ -12,7 +12,7 @@ import Synchronization
 final class CannedHTTPServer: Sendable {
     struct Request: Sendable {
         var target: String
-        var headers: BLIPHTTPFields
+        var headers: HTTPFields
     }
 
     enum Response: Sendable {
@@ -101,7 +101,7 @@ final class CannedHTTPServer: Sendable {
             guard let end = self.bytes.firstRange(of: Array("\r\n\r\n".utf8)) else { return }
             self.answered = true
             let lines = String(decoding: self.bytes[..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
-            var headers = BLIPHTTPFields()
+            var headers = HTTPFields()
             for line in lines.dropFirst() {
                 guard let colon = line.firstIndex(of: ":") else { continue }
                 headers.add(

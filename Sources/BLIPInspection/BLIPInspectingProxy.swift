@@ -1,4 +1,5 @@
 internal import BLIP
+package import BLIPWebSocket
 package import BLIPWire
 package import Foundation
 internal import NIOConcurrencyHelpers

@@ -1,3 +1,4 @@
+internal import BLIPWebSocket
 internal import BLIPWire
 internal import Foundation
 internal import NIOCore
@@ -108,7 +109,7 @@ final class ConnectionInspector {
     }
 
     private func responded(_ response: RelayedHTTPHead, rest: ByteBuffer) {
-        let request = self.request ?? RelayedHTTPHead(startLine: "", fields: BLIPHTTPFields())
+        let request = self.request ?? RelayedHTTPHead(startLine: "", fields: HTTPFields())
         let upgraded = response.status == 101
         let subprotocol = response["Sec-WebSocket-Protocol"]
         let dialect: BLIPDialect? =

@@ -1,3 +1,4 @@
+internal import BLIPWebSocket
 internal import NIOCore
 
 /// Reads RFC 6455 frames out of one direction of a byte stream that it only watches: the proxy relays

@@ -1,3 +1,4 @@
+internal import BLIPWebSocket
 package import BLIPWire
 internal import Crypto
 internal import Foundation

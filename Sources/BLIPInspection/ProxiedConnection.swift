@@ -1,3 +1,4 @@
+internal import BLIPWebSocket
 internal import NIOCore
 internal import NIOPosix
 internal import NIOSSL

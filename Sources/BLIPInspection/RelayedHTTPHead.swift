@@ -1,3 +1,4 @@
+package import BLIPWebSocket
 internal import NIOCore
 
 /// An HTTP/1.1 request or response head as it crossed the proxy: the start line and the header fields in
@@ -6,7 +7,7 @@ internal import NIOCore
 package struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
     /// `GET /path HTTP/1.1` or `HTTP/1.1 101 Switching Protocols`.
     package var startLine: String
-    package var fields: BLIPHTTPFields
+    package var fields: HTTPFields
 
     /// The response's status code (nil for a request or an unreadable status line).
     package var status: Int? {
@@ -36,9 +37,11 @@ package struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
     func replacingValues(of names: Set<String>, with value: String) -> RelayedHTTPHead {
         let lowercased = Set(names.map { $0.lowercased() })
         var copy = self
-        copy.fields = BLIPHTTPFields(
-            self.fields.map {
-                lowercased.contains($0.name.lowercased()) ? BLIPHTTPFields.Field(name: $0.name, value: value) : $0
+        copy.fields = HTTPFields(
+            self.fields.map { field in
+                var field = field
+                if lowercased.contains(field.name.canonicalName) { field.value = value }
+                return field
             }
         )
         return copy
@@ -63,7 +66,7 @@ package struct RelayedHTTPHead: Sendable, Hashable, CustomStringConvertible {
                 let line = Substring(String(decoding: bytes[lineStart..<end], as: UTF8.self))
                 if line.isEmpty {
                     guard let startLine = lines.first else { throw RelayedHTTPHeadError("an empty start line") }
-                    var fields = BLIPHTTPFields()
+                    var fields = HTTPFields()
                     for field in lines.dropFirst() {
                         guard let colon = field.firstIndex(of: ":") else {
                             throw RelayedHTTPHeadError("a header line without a colon")
