@@ -25,7 +25,7 @@ for argument in sorted(maps | includes):
     print(argument)
 PY
 )
-modules="${BLIP_PUBLIC_MODULES:-BLIPWire BLIPEngine BLIP BLIPWebSocket BLIPHummingbird}"
+modules="${BLIP_PUBLIC_MODULES:-BLIPWire BLIPEngine BLIP BLIPWebSocket BLIPHummingbird BLIPInspection}"
 root=".build/public-api"
 rm -rf "$root"
 for module in $modules; do
