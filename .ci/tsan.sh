@@ -15,7 +15,7 @@ volume+='|HostilePeerTests|FileDescriptorLimitTests|BrowserChecksTests'
 # Child processes built with ThreadSanitizer: their memory (the server-wide budget's bound) and timing (the
 # faulty links' keepalive bounds) measure the sanitizer, not the code; the races they could show, the
 # in-process session and budget tests show.
-volume+='|ServerBufferBudgetTests|FaultyLinkTests|RollingRestartTests'
+volume+='|ServerBufferBudgetTests|FaultyLinkTests|RollingRestartTests|BodyFileStreamingTests'
 # The suites that time what they test (.ci/timing-suites) would time the sanitizer; .ci/test.sh runs them.
 volume+="|$(cat .ci/timing-suites)"
 swift build --build-tests --sanitize=thread --scratch-path .build-tsan
