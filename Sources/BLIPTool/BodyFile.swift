@@ -1,4 +1,5 @@
 internal import Foundation
+internal import NIOConcurrencyHelpers
 internal import NIOCore
 internal import NIOPosix
 
@@ -44,20 +45,56 @@ struct BodyFile: AsyncSequence, Sendable {
 
         mutating func next() async throws -> ByteBuffer? {
             guard !self.isFinished else { return nil }
-            let handle = self.handle
-            let path = self.path
-            let data = try await NIOThreadPool.singleton.runIfActive { () throws -> Data in
+            let data = try await BodyFile.read(self.handle, path: self.path)
+            guard !data.isEmpty else {
+                self.isFinished = true
+                return nil
+            }
+            return ByteBuffer(bytes: data)
+        }
+    }
+
+    /// One read, on NIO's thread pool. A read from a pipe blocks until its writer writes or closes, which
+    /// cannot be interrupted: a cancelled wait (a `--timeout`, a reply that came first, a closed
+    /// connection) returns at once with `CancellationError` and leaves the read to finish on its own.
+    static func read(_ handle: FileHandle, path: String) async throws -> Data {
+        let outcome = NIOLockedValueBox<
+            (result: Result<Data, any Error>?, waiter: CheckedContinuation<Data, any Error>?)
+        >(
+            (nil, nil)
+        )
+        NIOThreadPool.singleton.submit { _ in
+            let result = Result { () throws -> Data in
                 do {
                     return try handle.read(upToCount: BodyFile.pieceSize) ?? Data()
                 } catch {
                     throw ToolError("cannot read --body-file \(path): \(error.localizedDescription)")
                 }
             }
-            guard !data.isEmpty else {
-                self.isFinished = true
-                return nil
+            let waiter = outcome.withLockedValue { state in
+                defer { state.waiter = nil }
+                if state.waiter == nil { state.result = result }
+                return state.waiter
             }
-            return ByteBuffer(bytes: data)
+            waiter?.resume(with: result)
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let ready = outcome.withLockedValue { state -> Result<Data, any Error>? in
+                    if let result = state.result { return result }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    state.waiter = continuation
+                    return nil
+                }
+                if let ready { continuation.resume(with: ready) }
+            }
+        } onCancel: {
+            let waiter = outcome.withLockedValue { state in
+                defer { state.waiter = nil }
+                if state.waiter != nil { state.result = .failure(CancellationError()) }
+                return state.waiter
+            }
+            waiter?.resume(throwing: CancellationError())
         }
     }
 

@@ -7,11 +7,12 @@
 /// What a client proves who it is with, sent with the WebSocket handshake
 /// (``BLIPWebSocketClient/Configuration/credentials``): given as a value, so that a password never has to
 /// be percent-encoded into a URL. Sent to the URL's origin only: a redirect to another origin drops them.
-public struct BLIPCredentials: Sendable, Hashable, CustomStringConvertible {
+public struct BLIPCredentials: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The header field they are sent in.
     let field: (name: String, value: String)
 
     /// HTTP Basic (RFC 7617): `Authorization: Basic base64(user:password)`, as Sync Gateway's users log in.
+    /// The user name cannot contain a colon (the server splits at the first one); the password can.
     public static func basic(user: String, password: String) -> BLIPCredentials {
         BLIPCredentials(field: ("Authorization", "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()))
     }
@@ -33,6 +34,9 @@ public struct BLIPCredentials: Sendable, Hashable, CustomStringConvertible {
         }
         return "BLIPCredentials(\(self.field.value.prefix { $0 != " " }))"
     }
+
+    /// `dump` and debuggers see the kind only, as ``description`` does.
+    public var customMirror: Mirror { Mirror(self, children: ["kind": self.description]) }
 
     public static func == (left: BLIPCredentials, right: BLIPCredentials) -> Bool {
         left.field == right.field

@@ -243,7 +243,8 @@ public enum BLIPWebSocketClient {
     }
 
     /// The configured credentials, or else the URL's user and password as `Authorization: Basic`, unless
-    /// the headers already authorize. A session cookie joins the headers' other cookies.
+    /// the headers already authorize. A session cookie replaces a cookie of the same name among the
+    /// headers' others.
     private static func addCredentials(
         of url: BLIPWebSocketURL,
         configured: BLIPCredentials?,
@@ -251,12 +252,17 @@ public enum BLIPWebSocketClient {
         logger: Logger
     ) {
         if let configured, configured.field.name == "Cookie" {
-            let cookies = headers.first("Cookie").map { $0 + "; " } ?? ""
+            let name = configured.field.value.prefix { $0 != "=" }
+            let others = headers["Cookie"].flatMap { $0.split(separator: ";") }
+                .map { String($0.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed()) }
+                .filter { !$0.isEmpty && $0.prefix { $0 != "=" } != name }
             headers.remove("Cookie")
-            headers.add(name: "Cookie", value: cookies + configured.field.value)
+            headers.add(name: "Cookie", value: (others + [configured.field.value]).joined(separator: "; "))
         }
+        // Configured credentials of any kind stand in for the URL's.
         let authorization =
-            configured.flatMap { $0.field.name == "Authorization" ? $0.field.value : nil } ?? url.basicAuthorization
+            configured == nil
+            ? url.basicAuthorization : configured?.field.name == "Authorization" ? configured?.field.value : nil
         guard let authorization else { return }
         if headers.contains("Authorization") {
             logger.warning("the credentials are not sent: the configuration's Authorization header wins")
@@ -278,7 +284,10 @@ public enum BLIPWebSocketClient {
         let offered = configuration.usesSeedDialect ? [] : configuration.subprotocols
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: url.hostHeader)
-        for field in fields { headers.add(name: field.name.rawName, value: field.value) }
+        for field in fields where field.name != .cookie { headers.add(name: field.name.rawName, value: field.value) }
+        // One Cookie line (RFC 6265 5.4), however many fields hold the cookies.
+        let cookies = fields[values: .cookie]
+        if !cookies.isEmpty { headers.add(name: "Cookie", value: cookies.joined(separator: "; ")) }
         let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: url.target, headers: headers)
         let settings = BLIPWebSocketHandler.Settings(
             role: .client,
@@ -392,13 +401,7 @@ public enum BLIPWebSocketClient {
             throw error
         } catch {
             channel.close(promise: nil)
-            if error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError {
-                throw BLIPConnectionError(
-                    .tlsFailed,
-                    "TLS with \(url) failed: \(TLSFailureText.describe(error))",
-                    underlying: error
-                )
-            }
+            if TLSFailureText.isTLS(error) { throw TLSFailureText.failure(error, url: url) }
             throw BLIPConnectionError(.handshakeFailed, "the handshake with \(url) failed: \(error)", underlying: error)
         }
     }

@@ -74,15 +74,9 @@ final class HandshakeHandler: ChannelInboundHandler, RemovableChannelHandler {
             self.finish(context, bodyIsTruncated: false)  // a malformed body after the head
             return
         }
-        // NIOSSLExtraError: the certificate is not for the server's name.
-        let isTLS = error is NIOSSLError || error is BoringSSLError || error is NIOSSLExtraError
         let failure =
-            isTLS
-            ? BLIPConnectionError(
-                .tlsFailed,
-                "TLS with \(self.url) failed: \(TLSFailureText.describe(error))",
-                underlying: error
-            )
+            TLSFailureText.isTLS(error)
+            ? TLSFailureText.failure(error, url: self.url)
             : BLIPConnectionError(
                 .transportFailed,
                 "the connection to \(self.url) failed: \(SocketFailureText.describe(error))",

@@ -148,7 +148,9 @@ final class UpgradeNegotiation {
                 return "\(field.name) is the handshake's own field"
             }
         }
-        return self.problem(headers)
+        // No field can split the response (RFC 9110 5.5): `HTTPField` holds only token names, and values
+        // without CR, LF or NUL (it makes them spaces).
+        return nil
     }
 
     /// Why a refusal cannot be sent, or nil.
@@ -160,19 +162,8 @@ final class UpgradeNegotiation {
         for name in ["Content-Length", "Transfer-Encoding", "Connection"] where headers.contains(name) {
             return "\(name) is the server's to set"
         }
-        return self.problem(headers)
-    }
-
-    /// Header fields that would break the response (or split it in two: RFC 9110 5.5).
-    private static func problem(_ headers: HTTPFields) -> String? {
-        for field in headers {
-            guard !field.name.rawName.isEmpty, field.name.rawName.utf8.allSatisfy(HTTPToken.isTokenCharacter) else {
-                return "invalid header name \"\(field.name)\""
-            }
-            guard !field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
-                return "the value of \(field.name) contains CR, LF or NUL"
-            }
-        }
+        // No field can split the response (RFC 9110 5.5): `HTTPField` holds only token names, and values
+        // without CR, LF or NUL (it makes them spaces).
         return nil
     }
 

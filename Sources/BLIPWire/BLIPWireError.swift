@@ -3,8 +3,8 @@
 /// Every decode failure says what was wrong (``reason``) and where: the byte ``offset`` within the unit
 /// that was being decoded (a frame, a property block or a message's data stream) and, when a
 /// ``BLIPFrameDecoder`` found it, the index of the frame within its direction.
-package struct BLIPWireError: Error, Hashable, Sendable, CustomStringConvertible {
-    package enum Code: Hashable, Sendable {
+@usableFromInline package struct BLIPWireError: Error, Hashable, Sendable, CustomStringConvertible {
+    @usableFromInline package enum Code: Hashable, Sendable {
         /// The input ended inside a varint.
         case truncatedVarint
         /// A varint is longer than 10 bytes or its 10th byte is above 1: it does not fit 64 bits.
@@ -60,13 +60,13 @@ package struct BLIPWireError: Error, Hashable, Sendable, CustomStringConvertible
     /// Index (from 0) of the frame within its direction, when a frame decoder found the problem.
     package var frameIndex: Int?
 
-    package init(_ reason: Code, offset: Int? = nil, frameIndex: Int? = nil) {
+    @usableFromInline package init(_ reason: Code, offset: Int? = nil, frameIndex: Int? = nil) {
         self.code = reason
         self.offset = offset
         self.frameIndex = frameIndex
     }
 
-    package var description: String {
+    @usableFromInline package var description: String {
         var text = "BLIP wire error: \(self.code.summary)"
         if let offset { text += " at byte \(offset)" }
         if let frameIndex { text += " of frame \(frameIndex)" }

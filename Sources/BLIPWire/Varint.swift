@@ -1,4 +1,4 @@
-package import NIOCore
+public import NIOCore
 
 /// Unsigned LEB128, the varint of every BLIP dialect since 2013: seven payload bits per byte, least
 /// significant group first, the high bit set on every byte but the last.
@@ -6,11 +6,12 @@ package import NIOCore
 /// Output is always minimal. Input may be non-minimal (`80 00` is 0), as every real decoder allows;
 /// it may not end mid-varint, and may not exceed 64 bits (more than 10 bytes, or a 10th byte above 1),
 /// as in fleece's and Go's decoders.
-package enum BLIPVarint {
+@usableFromInline package enum BLIPVarint {
     /// The longest encoding of a 64-bit value.
-    package static let maximumLength = 10
+    @usableFromInline package static let maximumLength = 10
 
     /// How many bytes the minimal encoding of `value` takes.
+    @inlinable
     package static func encodedLength(of value: UInt64) -> Int {
         // 1 + floor(log2(value) / 7), with 0 taking one byte.
         let significantBits = 64 - (value | 1).leadingZeroBitCount
@@ -19,6 +20,7 @@ package enum BLIPVarint {
 
     /// Writes the minimal encoding of `value` at the start of `target`, which has room for it; returns the
     /// number of bytes written.
+    @inlinable
     package static func encode(_ value: UInt64, into target: UnsafeMutableRawBufferPointer) -> Int {
         let length = self.encodedLength(of: value)
         var remaining = value
@@ -31,6 +33,7 @@ package enum BLIPVarint {
     }
 
     /// Decodes one varint at `offset` of `bytes`; returns the value and the number of bytes read.
+    @inlinable
     package static func decode(
         _ bytes: UnsafeRawBufferPointer,
         at offset: Int = 0
@@ -59,6 +62,7 @@ package enum BLIPVarint {
 extension ByteBuffer {
     /// Reads a BLIP varint and moves the reader index past it; on error the reader index is unchanged
     /// and the error's offset is relative to it.
+    @inlinable
     package mutating func readBLIPVarint() throws(BLIPWireError) -> UInt64 {
         let result = try self.peekBLIPVarint()
         self.moveReaderIndex(forwardBy: result.length)
@@ -66,6 +70,7 @@ extension ByteBuffer {
     }
 
     /// Decodes the BLIP varint at the reader index without consuming it.
+    @inlinable
     package func peekBLIPVarint() throws(BLIPWireError) -> (value: UInt64, length: Int) {
         // A varint is at most 10 bytes, so only look at those: the rest of a big frame is irrelevant.
         let window = Swift.min(self.readableBytes, BLIPVarint.maximumLength)
@@ -75,7 +80,7 @@ extension ByteBuffer {
     }
 
     /// Writes `value` as a minimal BLIP varint; returns the number of bytes written.
-
+    @inlinable
     @discardableResult
     package mutating func writeBLIPVarint(_ value: UInt64) -> Int {
         let length = BLIPVarint.encodedLength(of: value)

@@ -47,6 +47,35 @@ struct BodyFileStreamingTests {
         }
     }
 
+    @Test("--timeout ends a request whose body pipe never writes: the read that blocks does not hold it")
+    func timeoutWhileThePipeIsSilent() async throws {
+        let executable = try #require(ServerProcess.executable, "build the blip product first")
+        let server = try await ServerProcess.start(executable)
+        defer { _ = server.stop() }
+        // A FIFO this test holds open for writing and never writes to: the tool's read of it blocks until
+        // the test closes it (a `sleep | blip` pipeline would leave its writer holding the output pipe).
+        let fifo = FileManager.default.temporaryDirectory.appendingPathComponent("silent-\(UUID()).fifo").path
+        try #require(mkfifo(fifo, 0o600) == 0)
+        defer { unlink(fifo) }
+        let writer = open(fifo, O_RDWR)
+        try #require(writer >= 0)
+        defer { close(writer) }
+        let started = ContinuousClock.now
+        let run = try await WrongInvocationTests.offThePoolRun(
+            [
+                executable.path, "request", "ws://127.0.0.1:\(server.port)/", "--profile", "sink", "--timeout", "2",
+                "--body-file", fifo,
+            ],
+            limit: 90
+        )
+        let elapsed = ContinuousClock.now - started
+        // The body stopped after the request's first frame left: BLIP cannot abort a message, so the
+        // connection closes (1011) and the request fails with it.
+        #expect(run.status == 1, "\(run.text)")
+        #expect(run.text.contains("blip: "), "\(run.text)")
+        #expect(elapsed < .seconds(30), "took \(elapsed)")
+    }
+
     /// Runs `script` under bash (with `$0` set to `argument`) from a Python parent that reports the peak
     /// resident size of its waited-for children: the tool's own peak (`head` and bash stay far smaller).
     static func peakResident(

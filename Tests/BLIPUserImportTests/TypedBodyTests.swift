@@ -97,6 +97,9 @@ struct TypedBodyTests {
         // Their descriptions never carry the secret.
         #expect("\(BLIPCredentials.basic(user: "alice", password: "s3cret"))" == "BLIPCredentials(Basic)")
         #expect("\(BLIPCredentials.cookie(name: "SyncGatewaySession", value: "c0ffee"))".contains("c0ffee") == false)
+        var dumped = ""
+        dump(BLIPCredentials.bearer("eyJ.secret"), to: &dumped)
+        #expect(!dumped.contains("eyJ.secret"), "\(dumped)")
     }
 
     /// What the upgrade handler saw of each request's credentials.

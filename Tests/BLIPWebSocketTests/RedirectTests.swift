@@ -92,6 +92,24 @@ struct RedirectTests {
         #expect(!moved.headers.contains("Authorization") && !moved.headers.contains("Cookie"))
     }
 
+    @Test("a cookie credential: one Cookie line with the configured cookies, replacing one of its name; no URL user")
+    func cookieCredential() async throws {
+        let server = try await CannedHTTPServer(group: Self.group) { _ in .upgrade(subprotocol: "BLIP_3+CBMobile_3") }
+        defer { Task { await server.close() } }
+        var configuration = Self.quiet
+        configuration.headers = ["Cookie": "a=1; SyncGatewaySession=old"]
+        configuration.headers.append(HTTPField(name: .cookie, value: "b=2"))
+        configuration.credentials = .cookie(name: "SyncGatewaySession", value: "new")
+        let transport = try await BLIPWebSocketClient.openTransport(
+            to: "ws://user:pw@127.0.0.1:\(server.port)/db",
+            configuration: configuration
+        )
+        transport.close(.normal)
+        let request = try #require(server.requests.first)
+        #expect(request.headers["Cookie"] == ["a=1; b=2; SyncGatewaySession=new"])
+        #expect(!request.headers.contains("Authorization"), "configured credentials stand in for the URL's user")
+    }
+
     @Test("a loop ends in a typed error listing the chain")
     func loop() async throws {
         let server = try await CannedHTTPServer(group: Self.group) { request in

@@ -2,6 +2,8 @@ import BLIP
 import BLIPTestSupport
 import BLIPWebSocket
 import Foundation
+import NIOCore
+import NIOPosix
 import Testing
 
 /// A failed TLS handshake says why in plain words and names the endpoint, with the code `tlsFailed`.
@@ -35,6 +37,22 @@ struct TLSFailureMessageTests {
                     == "TLS with wss://127.0.0.1:\(server.port)/ failed: the server did not answer in TLS (is it a ws:// endpoint?)"
             )
         }
+    }
+
+    @Test("a server that closes during the TLS handshake: transportFailed (transient), in plain words")
+    func closedDuringHandshake() async throws {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(CloseOnRead()) }
+            }
+            .bind(host: "127.0.0.1", port: 0)
+            .get()
+        defer { server.close(promise: nil) }
+        let url = "wss://127.0.0.1:\(server.localAddress!.port!)/"
+        let error = await Self.failure(url)
+        #expect(error?.code == .transportFailed, "\(String(describing: error))")
+        #expect(error?.message == "the connection to \(url) closed: the server closed it during the TLS handshake")
+        #expect(error?.isTransient == true)
     }
 
     @Test("a certificate no trusted root signed, then one for another name")
@@ -88,6 +106,16 @@ struct TLSFailureMessageTests {
                 "\(message)"
             )
             #expect(!message.contains("OPENSSL_internal"), "\(message)")
+        }
+    }
+
+    /// Reads the client's first bytes (its ClientHello), then closes: an orderly end of the TCP connection
+    /// in the middle of the TLS handshake, not a reset.
+    final class CloseOnRead: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            context.close(promise: nil)
         }
     }
 }
