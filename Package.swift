@@ -187,6 +187,14 @@ let package = Package(
             dependencies: ["BLIP", "BLIPWebSocket"],
             swiftSettings: swiftSettings
         ),
+        // The DocC articles' Swift samples, each compiled and run (SampleCatalogueTests checks they are the
+        // articles' own, line for line).
+        .testTarget(
+            name: "BLIPDocSampleTests",
+            dependencies: ["BLIP", "BLIPWebSocket", nioLocks],
+            exclude: ["Pending.txt"],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "BLIPFuzzTests",
             dependencies: ["BLIPFuzz"],
