@@ -3,40 +3,24 @@
 # the public doc comments), with documentation warnings as errors: a broken ``symbol`` or <doc:article>
 # link, an ambiguous one, a parameter left undocumented. Compiler warnings are the test build's job.
 #
-# The symbol graphs come from the modules the test build (.ci/test.sh) has already compiled: the toolchain's
-# swift-symbolgraph-extract reads them with the options swift-docc-plugin uses (public symbols, extension
-# blocks, inherited docs and synthesized members), and docc converts each catalog into
-# .build/docs/<target>.doccarchive, and again into a static site under .build/docs/site/<target> (one page per
-# symbol and article; .build/docs/site/index.html links the modules), readable through any static file server,
-# e.g. `blip serve --static .build/docs/site`. The plugin would have built every library again in a scratch path of its
-# own (about 6 min of a fresh CI machine's 35); the graphs it extracted held the same symbols and
-# relationships. The C modules' include paths are read from SwiftPM's build description.
+# The symbol graphs come from the modules the test build (.ci/test.sh) has already compiled
+# (.ci/symbol-graphs.sh), and docc converts each catalog into .build/docs/<target>.doccarchive, and again
+# into a static site under .build/docs/site/<target> (one page per symbol and article;
+# .build/docs/site/index.html links the modules), readable through any static file server, e.g.
+# `blip serve --static .build/docs/site`. The plugin would have built every library again in a scratch path
+# of its own (about 6 min of a fresh CI machine's 35); the graphs it extracted held the same symbols and
+# relationships.
 # The first step is the test build's own command: nothing to do when it has run, a build when it has not.
 # Up to date, this takes about 15 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 swift build --build-tests --enable-code-coverage -Xswiftc -warnings-as-errors
-bin="$(swift build --enable-code-coverage --show-bin-path)"
-toolchain="$(dirname "$(readlink -f "$(command -v swift)")")"
-triple="$(swift -print-target-info | python3 -c 'import json, sys; print(json.load(sys.stdin)["target"]["triple"])')"
-# Every C module map and header path the package's compiles use, for the modules the libraries import.
-mapfile -t clang_args < <(python3 - .build/debug.yaml <<'PY'
-import re, sys
-description = open(sys.argv[1]).read()
-maps = set(re.findall(r'"-Xcc","(-fmodule-map-file=[^"]*)"', description))
-includes = {"-I" + path for path in re.findall(r'"-Xcc","-I","-Xcc","([^"]*)"', description)}
-for argument in sorted(maps | includes):
-    print("-Xcc")
-    print(argument)
-PY
-)
+source .ci/symbol-graphs.sh
 targets="${BLIP_DOCS_TARGETS:-BLIP BLIPWebSocket BLIPHummingbird}"
 for target in $targets; do
     graphs=".build/docs/symbol-graphs/$target"
-    rm -rf "$graphs" ".build/docs/$target.doccarchive"
-    mkdir -p "$graphs"
-    "$toolchain/swift-symbolgraph-extract" -module-name "$target" -target "$triple" -I "$bin/Modules" \
-        "${clang_args[@]}" -minimum-access-level public -emit-extension-block-symbols -output-dir "$graphs"
+    rm -rf ".build/docs/$target.doccarchive"
+    extract_symbol_graphs "$target" "$graphs"
     "$toolchain/docc" convert "Sources/$target/$target.docc" --warnings-as-errors \
         --fallback-display-name "$target" --fallback-bundle-identifier "$target" \
         --additional-symbol-graph-dir "$graphs" --output-path ".build/docs/$target.doccarchive"

@@ -12,26 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 swift build --build-tests --enable-code-coverage -Xswiftc -warnings-as-errors > /dev/null
-bin="$(swift build --enable-code-coverage --show-bin-path)"
-toolchain="$(dirname "$(readlink -f "$(command -v swift)")")"
-triple="$(swift -print-target-info | python3 -c 'import json, sys; print(json.load(sys.stdin)["target"]["triple"])')"
-mapfile -t clang_args < <(python3 - .build/debug.yaml <<'PY'
-import re, sys
-description = open(sys.argv[1]).read()
-maps = set(re.findall(r'"-Xcc","(-fmodule-map-file=[^"]*)"', description))
-includes = {"-I" + path for path in re.findall(r'"-Xcc","-I","-Xcc","([^"]*)"', description)}
-for argument in sorted(maps | includes):
-    print("-Xcc")
-    print(argument)
-PY
-)
+source .ci/symbol-graphs.sh
 modules="${BLIP_PUBLIC_MODULES:-BLIPWire BLIPEngine BLIP BLIPWebSocket BLIPHummingbird BLIPInspection}"
 root=".build/public-api"
 rm -rf "$root"
 for module in $modules; do
-    mkdir -p "$root/$module"
-    "$toolchain/swift-symbolgraph-extract" -module-name "$module" -target "$triple" -I "$bin/Modules" \
-        "${clang_args[@]}" -minimum-access-level public -emit-extension-block-symbols -output-dir "$root/$module"
+    extract_symbol_graphs "$module" "$root/$module"
 done
 python3 - "$root" "$(cat .ci/public-api-limit)" $modules <<'PY'
 import glob, json, os, re, sys

@@ -90,12 +90,9 @@ public struct BLIPUpgradeRequest: Sendable {
     /// The value of the cookie called `name` in the request's `Cookie` headers (RFC 6265 5.4), or nil.
     /// Surrounding double quotes are kept, as RFC 6265 says the value includes them.
     public func cookie(named name: String) -> String? {
-        for header in self.headers["Cookie"] {
-            for pair in header.split(separator: ";") {
-                let trimmed = pair.trimmingCharacters(in: .whitespaces)
-                guard let equals = trimmed.firstIndex(of: "=") else { continue }
-                if trimmed[..<equals] == name { return String(trimmed[trimmed.index(after: equals)...]) }
-            }
+        for pair in self.headers.cookies {
+            guard let equals = pair.firstIndex(of: "=") else { continue }
+            if pair[..<equals] == name { return String(pair[pair.index(after: equals)...]) }
         }
         return nil
     }

@@ -251,18 +251,19 @@ public enum BLIPWebSocketClient {
         to headers: inout HTTPFields,
         logger: Logger
     ) {
-        if let configured, configured.field.name == "Cookie" {
-            let name = configured.field.value.prefix { $0 != "=" }
-            let others = headers["Cookie"].flatMap { $0.split(separator: ";") }
-                .map { String($0.drop(while: \.isWhitespace).reversed().drop(while: \.isWhitespace).reversed()) }
-                .filter { !$0.isEmpty && $0.prefix { $0 != "=" } != name }
+        if let configured, configured.headerName == "Cookie" {
+            let name = configured.headerValue.prefix { $0 != "=" }
+            let others = headers.cookies.filter { $0.prefix { $0 != "=" } != name }.map(String.init)
             headers.remove("Cookie")
-            headers.add(name: "Cookie", value: (others + [configured.field.value]).joined(separator: "; "))
+            headers.add(name: "Cookie", value: (others + [configured.headerValue]).joined(separator: "; "))
         }
         // Configured credentials of any kind stand in for the URL's.
-        let authorization =
-            configured == nil
-            ? url.basicAuthorization : configured?.field.name == "Authorization" ? configured?.field.value : nil
+        let authorization: String?
+        if let configured {
+            authorization = configured.headerName == "Authorization" ? configured.headerValue : nil
+        } else {
+            authorization = url.basicAuthorization
+        }
         guard let authorization else { return }
         if headers.contains("Authorization") {
             logger.warning("the credentials are not sent: the configuration's Authorization header wins")

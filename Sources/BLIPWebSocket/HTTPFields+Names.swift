@@ -37,15 +37,20 @@ extension HTTPFields {
         self.append(HTTPField(name: name, value: value))
     }
 
-    /// Replaces every field called `name` with one holding `value`.
-    package mutating func replaceOrAdd(name: String, value: String) {
-        self.remove(name)
-        self.add(name: name, value: value)
-    }
-
     package mutating func remove(_ name: String) {
         guard let name = HTTPField.Name(name) else { return }
         self[values: name] = []
+    }
+
+    /// The cookies of the `Cookie` fields (RFC 6265 5.4), in order: each `name=value` pair without the
+    /// spaces around it.
+    package var cookies: [Substring] {
+        self["Cookie"].flatMap { $0.split(separator: ";") }
+            .map { pair in
+                let start = pair.drop(while: \.isWhitespace)
+                return start[..<(start.lastIndex { !$0.isWhitespace }.map(start.index(after:)) ?? start.startIndex)]
+            }
+            .filter { !$0.isEmpty }
     }
 
     /// Each field as its name as sent and its value.
