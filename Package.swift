@@ -42,6 +42,8 @@ let package = Package(
     products: [
         .library(name: "BLIP", targets: ["BLIP"]),
         .library(name: "BLIPWebSocket", targets: ["BLIPWebSocket"]),
+        // A separate product: the static files and browser client of a native/web bridge.
+        .library(name: "BLIPWebBridge", targets: ["BLIPWebBridge"]),
         // A separate product: only those who mount BLIP on Hummingbird build Hummingbird.
         .library(name: "BLIPHummingbird", targets: ["BLIPHummingbird"]),
         .executable(name: "blip", targets: ["BLIPTool"]),
@@ -99,6 +101,12 @@ let package = Package(
                 "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, nioHTTP1, nioWebSocket, nioSSL, nioExtras, nioSOCKS,
                 crypto, x509, asn1, logging, deque, serviceLifecycle, httpTypes,
             ],
+            swiftSettings: swiftSettings
+        ),
+        // The web bridge: static files and the browser client served beside a BLIP endpoint.
+        .target(
+            name: "BLIPWebBridge",
+            dependencies: ["BLIPWebSocket", nioCore, nioPosix, nioHTTP1],
             // The browser client, compiled into the library (no bundle to find at run time).
             resources: [.embedInCode("Resources/blip.js"), .embedInCode("Resources/blip.d.ts")],
             swiftSettings: swiftSettings
@@ -124,7 +132,8 @@ let package = Package(
         .executableTarget(
             name: "BLIPTool",
             dependencies: [
-                "BLIPWebSocket", "BLIPInspection", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, crypto, logging, serviceLifecycle,
+                "BLIPWebSocket", "BLIPWebBridge", "BLIPInspection", "BLIP", "BLIPWire", nioCore, nioPosix, nioLocks, crypto,
+                logging, serviceLifecycle,
                 unixSignals,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -165,9 +174,8 @@ let package = Package(
         .testTarget(
             name: "BLIPWebSocketTests",
             dependencies: [
-                "BLIPWebSocket", "BLIPInspection", "BLIP", "BLIPWire", "BLIPTestSupport", nioCore, nioPosix, nioLocks, nioHTTP1,
-                nioWebSocket, nioSSL, crypto,
-                logging, serviceLifecycle, .product(name: "NIOEmbedded", package: "swift-nio"),
+                "BLIPWebSocket", "BLIPWebBridge", "BLIPInspection", "BLIP", "BLIPWire", "BLIPTestSupport", nioCore, nioPosix,
+                nioLocks, nioHTTP1, nioWebSocket, nioSSL, crypto, logging, serviceLifecycle, .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
@@ -191,7 +199,10 @@ let package = Package(
         // articles' own, line for line).
         .testTarget(
             name: "BLIPDocSampleTests",
-            dependencies: ["BLIP", "BLIPWebSocket", nioLocks],
+            dependencies: [
+                "BLIP", "BLIPWebSocket", "BLIPWebBridge", "BLIPHummingbird", hummingbird, nioCore, nioPosix, nioLocks,
+                logging, serviceLifecycle, unixSignals,
+            ],
             exclude: ["Pending.txt"],
             swiftSettings: swiftSettings
         ),
@@ -203,7 +214,8 @@ let package = Package(
         .testTarget(
             name: "BLIPToolTests",
             dependencies: [
-                "BLIPTool", "BLIPWebSocket", "BLIPInspection", "BLIP", "BLIPTestSupport", "BLIPPeerHarness", nioCore, nioPosix, nioLocks,
+                "BLIPTool", "BLIPWebSocket", "BLIPWebBridge", "BLIPInspection", "BLIP", "BLIPTestSupport", "BLIPPeerHarness",
+                nioCore, nioPosix, nioLocks,
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings

@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 swift build --build-tests --enable-code-coverage -Xswiftc -warnings-as-errors
 source .ci/symbol-graphs.sh
-targets="${BLIP_DOCS_TARGETS:-BLIP BLIPWebSocket BLIPHummingbird}"
+targets="${BLIP_DOCS_TARGETS:-BLIP BLIPWebSocket BLIPWebBridge BLIPHummingbird}"
 for target in $targets; do
     graphs=".build/docs/symbol-graphs/$target"
     rm -rf ".build/docs/$target.doccarchive"

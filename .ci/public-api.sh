@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 swift build --build-tests --enable-code-coverage -Xswiftc -warnings-as-errors > /dev/null
 source .ci/symbol-graphs.sh
-modules="${BLIP_PUBLIC_MODULES:-BLIPWire BLIPEngine BLIP BLIPWebSocket BLIPHummingbird BLIPInspection}"
+modules="${BLIP_PUBLIC_MODULES:-BLIPWire BLIPEngine BLIP BLIPWebSocket BLIPWebBridge BLIPHummingbird BLIPInspection}"
 root=".build/public-api"
 rm -rf "$root"
 for module in $modules; do

@@ -1,5 +1,6 @@
 internal import ArgumentParser
 internal import BLIP
+internal import BLIPWebBridge
 internal import BLIPWebSocket
 internal import Dispatch
 internal import Foundation

@@ -1,4 +1,5 @@
 internal import BLIP
+internal import BLIPWebBridge
 internal import BLIPWebSocket
 internal import Foundation
 internal import Logging

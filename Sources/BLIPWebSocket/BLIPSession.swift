@@ -1,5 +1,5 @@
 public import BLIP
-internal import Foundation
+public import Foundation
 public import Logging
 internal import NIOConcurrencyHelpers
 
@@ -125,6 +125,15 @@ public final class BLIPSession: Sendable {
         self.logger = logger
     }
 
+    /// A session with `url` (a `ws://` or `wss://` URL), as the initializer taking the URL as text.
+    public convenience init(
+        url: URL,
+        configuration: Configuration = Configuration(),
+        logger: Logger = Logger(label: "blip.session")
+    ) {
+        self.init(url: url.absoluteString, configuration: configuration, logger: logger)
+    }
+
     /// The state now.
     public var state: State { self.shared.withLockedValue { $0.state } }
 
@@ -172,7 +181,8 @@ public final class BLIPSession: Sendable {
     /// Runs the session until ``close()`` (returns) or an ending that is not transient, or the retry policy
     /// giving up (throws ``Stopped``). `work` runs once per connection, as soon as it is established; the
     /// connection stays open after it returns, until it ends. Its error ends the session, unless it is the
-    /// connection's own end.
+    /// connection's own end. Cancelling the task stops the session as ``close()`` does (the connection
+    /// closes, no attempt follows), and `run` throws `CancellationError`.
     public func run(_ work: @escaping @Sendable (BLIPConnection) async throws -> Void) async throws {
         let alreadyRunning = self.shared.withLockedValue { shared -> Bool in
             defer { shared.isRunning = true }
@@ -185,7 +195,7 @@ public final class BLIPSession: Sendable {
         var attempts = 0
         var refreshed = false
         var generator = SystemRandomNumberGenerator()
-        while !self.stopRequested {
+        while !self.stopRequested && !Task.isCancelled {
             attempts += 1
             self.publish(.connecting(attempt: attempts))
             let established = self.connectionCount
@@ -196,7 +206,7 @@ public final class BLIPSession: Sendable {
             } catch let error as WorkFailed {
                 return try self.finish(.workFailed(error.error))
             } catch {
-                guard !self.stopRequested else { break }
+                guard !self.stopRequested && !Task.isCancelled else { break }
                 if self.connectionCount > established {
                     // It was established: the failures before it no longer count.
                     failures = 0
@@ -229,10 +239,15 @@ public final class BLIPSession: Sendable {
                     metadata: ["blip.error": "\(error)", "blip.delay": "\(delay)"]
                 )
                 self.publish(.waiting(until: .now + delay, reason: error))
-                await self.wait(delay)
+                await withTaskCancellationHandler {
+                    await self.wait(delay)
+                } onCancel: {
+                    self.wakeUp()
+                }
             }
         }
         try self.finish(.stoppedByApplication)
+        if Task.isCancelled && !self.stopRequested { throw CancellationError() }
     }
 
     private var stopRequested: Bool { self.shared.withLockedValue { $0.stopRequested } }
@@ -276,7 +291,12 @@ public final class BLIPSession: Sendable {
                 if connection.isClosed || Task.isCancelled { throw error }
                 throw WorkFailed(error: error)
             }
-            await connection.closed()
+            // Open until it ends, or until run's task is cancelled, which closes it as close() does.
+            _ = await withTaskCancellationHandler {
+                await connection.closed()
+            } onCancel: {
+                Task { await connection.close() }
+            }
         }
     }
 

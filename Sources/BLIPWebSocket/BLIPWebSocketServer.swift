@@ -62,9 +62,9 @@ public final class BLIPWebSocketServer: Sendable {
         /// What the raw endpoint does with text messages.
         package var rawEndpointMode = RawEndpointMode.benchmark
         public var connection = BLIPConnection.Configuration()
-        /// Files served to plain HTTP requests on the same port (the browser client module, a web page and
-        /// its assets); nil answers them 426, as a BLIP endpoint does.
-        public var staticFiles: BLIPStaticFiles?
+        /// What plain HTTP requests on the same port get (the web bridge's static files); nil answers them
+        /// 426, as a BLIP endpoint does. Set through `staticFiles` of module BLIPWebBridge.
+        package var plainHTTP: (any PlainHTTPService)?
         /// Origins, besides the server's own, whose web pages may open connections: exact origins
         /// (`https://app.example.com`), host patterns (`*.example.com`, `app.example.com:8443`), or `*` for
         /// any page of any site.
@@ -218,7 +218,7 @@ public final class BLIPWebSocketServer: Sendable {
             return configuration
         }()
         let policy = UpgradePolicy(configuration: configuration, sharedBudget: sharedBudget)
-        let staticFiles = try configuration.staticFiles.map { try StaticFileResponder($0) }
+        let staticFiles = try configuration.plainHTTP.map { try $0.makeResponder() }
         let captureCounter = CaptureCounter()
         let rawChannels = RawChannels()
         let settings = UpgradedServerChannel.Settings(
@@ -431,7 +431,7 @@ public final class BLIPWebSocketServer: Sendable {
     private static func initialize(
         _ channel: any Channel,
         policy: UpgradePolicy,
-        staticFiles: StaticFileResponder?,
+        staticFiles: (any PlainHTTPResponder)?,
         upgradeHandler: UpgradeHandler?,
         tlsContext: NIOSSLContext?,
         settings: UpgradedServerChannel.Settings,
@@ -559,7 +559,7 @@ struct UpgradePolicy: Sendable {
     init(configuration: BLIPWebSocketServer.Configuration, sharedBudget: SharedBufferBudget? = nil) {
         self.sharedBudget = sharedBudget
         self.origins = OriginRule(allowedOrigins: configuration.allowedOrigins)
-        self.browserOrigins = configuration.staticFiles.map {
+        self.browserOrigins = configuration.plainHTTP.map {
             BrowserOriginRule($0, allowedOrigins: configuration.allowedOrigins)
         }
         self.path = configuration.path.map(PathPattern.init)
@@ -615,10 +615,10 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private let policy: UpgradePolicy
     private let negotiation: UpgradeNegotiation
-    private let staticFiles: StaticFileResponder?
+    private let staticFiles: (any PlainHTTPResponder)?
     private var head: HTTPRequestHead?
 
-    init(policy: UpgradePolicy, negotiation: UpgradeNegotiation, staticFiles: StaticFileResponder? = nil) {
+    init(policy: UpgradePolicy, negotiation: UpgradeNegotiation, staticFiles: (any PlainHTTPResponder)? = nil) {
         self.policy = policy
         self.negotiation = negotiation
         self.staticFiles = staticFiles
@@ -637,8 +637,8 @@ final class RefusalHandler: ChannelInboundHandler, RemovableChannelHandler {
             var text = HandshakeRules.notAnUpgradeText
             var headers = HTTPHeaders()
             let isUpgrade = HandshakeRules.isWebSocketUpgrade(head.headers["Upgrade"])
-            if !isUpgrade, let staticFiles = self.staticFiles {
-                return staticFiles.respond(to: head, context: context)
+            if !isUpgrade, let staticFiles = self.staticFiles, let origins = self.policy.browserOrigins {
+                return staticFiles.respond(to: head, context: context, origins: origins)
             }
             if isUpgrade && head.headers["Sec-WebSocket-Key"].count != 1 {
                 status = .badRequest

@@ -1,29 +1,29 @@
-/// Who may use a server that serves web pages (``BLIPStaticFiles``), judged by the `Host` and `Origin`
+/// Who may use a server that serves web pages (the web bridge's static files, a ``PlainHTTPService``), judged by the `Host` and `Origin`
 /// headers: a loopback address is not a boundary against the web pages in the user's own browser.
 ///
 /// - A page from any site can open `ws://127.0.0.1:PORT/`; browsers say where it came from in `Origin`.
 ///   An upgrade with an `Origin` is accepted only from the server's own pages (the origin is the `Host`
-///   it asked for) or from ``BLIPStaticFiles/allowedOrigins``. Clients that send no `Origin` (apps,
+///   it asked for) or from ``PlainHTTPService/allowedOrigins``. Clients that send no `Origin` (apps,
 ///   Couchbase Lite, go-blip) are not browsers and are not affected.
 /// - A site can also rebind its own name to 127.0.0.1 (DNS rebinding): its page is then same-origin with
-///   the server under the site's name. So unless ``BLIPStaticFiles/servesRemoteClients`` is on, the
+///   the server under the site's name. So unless ``PlainHTTPService/servesRemoteClients`` is on, the
 ///   `Host` must name this machine (`127.0.0.1`, `[::1]`, `localhost`) for files and for same-origin
 ///   upgrades.
 ///
 /// Origins are otherwise checked as on every endpoint (``OriginRule``), with `allowedOrigins` being the
 /// server's and the files' allowed origins together.
-struct BrowserOriginRule: Sendable, Hashable {
+package struct BrowserOriginRule: Sendable, Hashable {
     let origins: OriginRule
-    /// ``BLIPStaticFiles/servesRemoteClients``: any client address and any `Host` may have files.
-    let allowsAnyHost: Bool
+    /// ``PlainHTTPService/servesRemoteClients``: any client address and any `Host` may have files.
+    package let allowsAnyHost: Bool
 
-    init(_ files: BLIPStaticFiles, allowedOrigins: [String] = []) {
+    package init(_ files: any PlainHTTPService, allowedOrigins: [String] = []) {
         self.origins = OriginRule(allowedOrigins: allowedOrigins + files.allowedOrigins)
         self.allowsAnyHost = files.servesRemoteClients
     }
 
     /// Whether a plain request with this `Host` may get files.
-    func allowsFiles(host: String?) -> Bool {
+    package func allowsFiles(host: String?) -> Bool {
         self.allowsAnyHost || host.map(Self.namesThisMachine) == true
     }
 

@@ -1,5 +1,5 @@
 internal import Logging
-internal import NIOCore
+package import NIOCore
 
 /// Closes a connection whose WebSocket upgrade has not completed in time, counted from the TCP accept.
 ///
@@ -53,5 +53,13 @@ final class HandshakeTimeoutHandler: ChannelInboundHandler, RemovableChannelHand
     private func cancel() {
         self.timer?.cancel()
         self.timer = nil
+    }
+}
+
+extension ChannelPipeline.SynchronousOperations {
+    /// Lifts the handshake's time limit from a connection whose answer may take longer (a large static
+    /// file), which bounds itself another way.
+    package func removeHandshakeTimeout() {
+        self.removeHandler(name: HandshakeTimeoutHandler.name, promise: nil)
     }
 }

@@ -193,6 +193,70 @@ struct BLIPArticleSamples {
         #expect(pushed.all == ["a", "b", "failed", "c"])
     }
 
+    @Test("Streaming.md: a generated body streamed out as a request, then as a reply")
+    func generatedBodies() async throws {
+        var uploads = BLIPRouter()
+        uploads.registerStreaming(profile: "upload") { request, _ in
+            var total = 0
+            var compressed = request.properties["Name"] == "backup"
+            for try await piece in request.body { total += piece.readableBytes }
+            compressed = compressed && request.isCompressed
+            return BLIPResponse(properties: ["Count": "\(total)", "Compressed": "\(compressed)"])
+        }
+        let downloaded = try await withPeer(router: uploads) { connection in
+            // sample: BLIP.docc/Streaming.md #1
+            /// `count` pieces of 1 MiB, each made when the connection asks for it.
+            struct GeneratedBody: AsyncSequence, Sendable {
+                let count: Int
+
+                struct AsyncIterator: AsyncIteratorProtocol {
+                    let count: Int
+                    var made = 0
+
+                    mutating func next() async -> ByteBuffer? {
+                        guard self.made < self.count else { return nil }
+                        defer { self.made += 1 }
+                        return ByteBuffer(repeating: UInt8(self.made % 256), count: 1 << 20)  // or read it from a file
+                    }
+                }
+
+                func makeAsyncIterator() -> AsyncIterator { AsyncIterator(count: self.count) }
+            }
+
+            let reply = try await connection.sendRequest(
+                BLIPRequest(profile: "upload", properties: ["Name": "backup"], compressed: true),
+                body: GeneratedBody(count: 16)  // 16 MiB; a count of 1 024 is 1 GiB, in no more memory
+            )
+            // end sample
+            #expect(reply.properties["Count"] == "\(16 << 20)")
+            #expect(reply.properties["Compressed"] == "true")
+
+            var router = BLIPRouter()
+            // sample: BLIP.docc/Streaming.md #3
+            router.register(profile: "getAttachment") { request, _ in
+                // 16 MiB, made a piece at a time as the peer reads it (GeneratedBody above).
+                BLIPResponse(
+                    properties: ["Content-Type": "application/octet-stream"],
+                    bodyStream: GeneratedBody(count: 16)
+                )
+            }
+            // end sample
+            return try await withPeer(router: router) { connection in
+                let attachment = try await connection.sendRequestStreamingReply(BLIPRequest(profile: "getAttachment"))
+                var total = 0
+                var lastByte: UInt8?
+                for try await piece in attachment.body {
+                    total += piece.readableBytes
+                    lastByte = piece.getInteger(at: piece.readerIndex + piece.readableBytes - 1) ?? lastByte
+                }
+                #expect(attachment.properties["Content-Type"] == "application/octet-stream")
+                return (total, lastByte)
+            }
+        }
+        #expect(downloaded.0 == 16 << 20)
+        #expect(downloaded.1 == 15)
+    }
+
     @Test("Streaming.md: a streaming handler, a streamed reply read as it comes, progress reports")
     func streaming() async throws {
         var router = BLIPRouter()

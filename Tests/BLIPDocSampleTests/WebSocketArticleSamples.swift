@@ -1,5 +1,6 @@
 import BLIP
 import BLIPWebSocket
+import Foundation
 import Testing
 
 /// The samples of the BLIPWebSocket catalog's articles, each run against a server on a free loopback port.
@@ -50,6 +51,78 @@ struct WebSocketArticleSamples {
             }
         }
         #expect(chosen == BLIPSubprotocol.couchbaseMobile4)
+    }
+
+    @Test("WritingAClient.md: a connection for the length of a closure, credentials as a value")
+    func connectingAClient() async throws {
+        let seen = Outcome()
+        var router = BLIPRouter()
+        router.register(profile: "getCheckpoint") { request, context in
+            let answer = "\(context.identity(as: String.self) ?? "-") \(request.properties["client"] ?? "-")"
+            seen.set(answer)
+            return BLIPResponse(text: answer)
+        }
+        let login: BLIPWebSocketServer.UpgradeHandler = { request in
+            guard let login = request.basicCredentials else { return .accept(identity: "anyone") }
+            return login.password == "s3cret:with/odd@characters" ? .accept(identity: login.user) : .forbidden("no")
+        }
+        try await Self.withServer(router: router, upgradeHandler: login) { port in
+            let url = "ws://127.0.0.1:\(port)/db/_blipsync"
+            // sample: BLIPWebSocket.docc/WritingAClient.md #1
+            var configuration = BLIPWebSocketClient.Configuration()
+            configuration.subprotocols = [BLIPSubprotocol.blip3(application: "CBMobile_3")]
+
+            let checkpoint = try await BLIPWebSocketClient.connect(to: url, configuration: configuration) {
+                connection in
+                try await connection.sendRequest(BLIPRequest(profile: "getCheckpoint", properties: ["client": "app-1"]))
+            }
+            // end sample
+            #expect(checkpoint.text == "anyone app-1")
+        }
+        try await Self.withServer(router: router, upgradeHandler: login) { port in
+            let url = URL(string: "ws://127.0.0.1:\(port)/db/_blipsync")!
+            // sample: BLIPWebSocket.docc/WritingAClient.md #3
+            var configuration = BLIPWebSocketClient.Configuration()
+            configuration.credentials = .basic(user: "alice", password: "s3cret:with/odd@characters")
+            // or .bearer(idToken), or .cookie(name: "SyncGatewaySession", value: session)
+            try await BLIPWebSocketClient.connect(to: url, configuration: configuration) { connection in
+                _ = try await connection.sendRequest(BLIPRequest(profile: "getCheckpoint"))
+            }
+            // end sample
+            #expect(seen.value == "alice -")
+        }
+    }
+
+    @Test("StayingConnected.md: a session that subscribes on each connection, stopped by cancelling its task")
+    func stayingConnected() async throws {
+        let subscribed = AsyncStream.makeStream(of: String.self)
+        var router = BLIPRouter()
+        router.register(profile: "subChanges") { request, _ in
+            subscribed.continuation.yield(request.properties["continuous"] ?? "-")
+            return BLIPResponse()
+        }
+        try await Self.withServer(router: router) { port in
+            let url = "ws://127.0.0.1:\(port)/db/_blipsync"
+            let running = Task {
+                // sample: BLIPWebSocket.docc/StayingConnected.md #1
+                var configuration = BLIPSession.Configuration()
+                configuration.client.subprotocols = [BLIPSubprotocol.blip3(application: "CBMobile_3")]
+                configuration.retry = .continuous
+                let session = BLIPSession(url: url, configuration: configuration)
+                Task { for await state in session.states { print(state) } }
+                try await session.run { connection in
+                    _ = try await connection.sendRequest(
+                        BLIPRequest(profile: "subChanges", properties: ["continuous": "true"])
+                    )
+                }
+                // end sample
+            }
+            var subscriptions = subscribed.stream.makeAsyncIterator()
+            #expect(await subscriptions.next() == "true")
+            running.cancel()
+            let ended = await running.result
+            #expect(throws: CancellationError.self) { try ended.get() }
+        }
     }
 
     @Test("WritingAClient.md: a timed request, the 101's cookies, refusals by code, a proxy")

@@ -349,6 +349,38 @@ struct SessionTests {
         await servingOther
     }
 
+    @Test("cancelling run's task stops the session, connected or waiting: CancellationError, no further attempt")
+    func cancellationStops() async throws {
+        let open = try await Self.bind(script: Script([]))
+        async let servingOpen: Void = open.run()
+        let connected = BLIPSession(url: "ws://127.0.0.1:\(open.port)/", configuration: BLIPSession.Configuration())
+        let connectedRun = Task { try await connected.run { _ in } }
+        try await Self.eventually("connected") { connected.connectionCount == 1 }
+        connectedRun.cancel()
+        await #expect(throws: CancellationError.self) { try await connectedRun.value }
+        guard case .stopped(.stoppedByApplication) = connected.state else {
+            Issue.record("state after cancelling: \(connected.state)")
+            return
+        }
+
+        let busy = try await Self.bind(script: Script([.refuse(status: 503, headers: [:], body: "busy")]))
+        async let servingBusy: Void = busy.run()
+        var configuration = BLIPSession.Configuration()
+        configuration.retry = BLIPRetryPolicy(initialDelay: .seconds(60), usesFullJitter: false)
+        let waiting = BLIPSession(url: "ws://127.0.0.1:\(busy.port)/", configuration: configuration)
+        let waitingRun = Task { try await waiting.run { _ in } }
+        try await Self.eventually("waiting a minute") { if case .waiting = waiting.state { true } else { false } }
+        let cancelled = ContinuousClock.now
+        waitingRun.cancel()
+        await #expect(throws: CancellationError.self) { try await waitingRun.value }
+        #expect(ContinuousClock.now - cancelled < .seconds(30))
+        #expect(waiting.connectionCount == 0)
+        await open.close()
+        await busy.close()
+        await servingOpen
+        await servingBusy
+    }
+
     @Test("a cookie set on the handshake goes back on later attempts to the same server")
     func cookiesReplayed() async throws {
         let script = Script([

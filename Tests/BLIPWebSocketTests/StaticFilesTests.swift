@@ -4,6 +4,7 @@ import NIOCore
 import NIOPosix
 import Testing
 
+@testable import BLIPWebBridge
 @testable import BLIPWebSocket
 
 /// Static files on the BLIP port (``BLIPStaticFiles``): what a request target may name, the answers raw

@@ -1,5 +1,6 @@
 import BLIP
 import BLIPTestSupport
+import BLIPWebBridge
 import BLIPWebSocket
 import Foundation
 import NIOConcurrencyHelpers

@@ -1,6 +1,6 @@
-internal import NIOCore
+public import BLIPWebSocket
 
-/// Plain HTTP files served on the same port as a ``BLIPWebSocketServer``'s BLIP endpoint: the browser
+/// Plain HTTP files served on the same port as a `BLIPWebSocketServer`'s BLIP endpoint: the browser
 /// client module (``BLIPBrowserClient``) and, optionally, an application's own page and assets from a
 /// directory, as the local servers inside hybrid apps do for their web half.
 ///
@@ -8,7 +8,7 @@ internal import NIOCore
 /// their `index.html`. Nothing outside the directory can be named: `..` and `.` segments, hidden names
 /// (`.git`), encoded slashes, backslashes and NULs are refused, and a symbolic link is followed only when
 /// its target is inside the directory too. Files are sent in chunks, never held whole.
-public struct BLIPStaticFiles: Sendable, Hashable {
+public struct BLIPStaticFiles: Sendable, Hashable, PlainHTTPService {
     /// The folder whose files are served (nil: only the browser client module).
     public var directory: String?
     /// Serve the browser client at ``BLIPBrowserClient/modulePath`` (and its TypeScript declarations).
@@ -50,5 +50,18 @@ extension BLIPStaticFiles {
     public struct NotADirectory: Error, Sendable, CustomStringConvertible {
         public var path: String
         public var description: String { "static files: \(self.path) is not a directory" }
+    }
+}
+
+extension BLIPStaticFiles {
+    package func makeResponder() throws -> any PlainHTTPResponder { try StaticFileResponder(self) }
+}
+
+extension BLIPWebSocketServer.Configuration {
+    /// Files served to plain HTTP requests on the same port (the browser client module, a web page and
+    /// its assets); nil answers them 426, as a BLIP endpoint does.
+    public var staticFiles: BLIPStaticFiles? {
+        get { self.plainHTTP as? BLIPStaticFiles }
+        set { self.plainHTTP = newValue }
     }
 }

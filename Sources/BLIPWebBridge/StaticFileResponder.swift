@@ -1,3 +1,4 @@
+internal import BLIPWebSocket
 internal import Foundation
 internal import NIOCore
 internal import NIOHTTP1
@@ -11,7 +12,7 @@ internal import NIOPosix
     internal import Darwin
 #endif
 
-/// Answers a plain `GET` or `HEAD` on a ``BLIPWebSocketServer`` with a static file (``BLIPStaticFiles``).
+/// Answers a plain `GET` or `HEAD` on a `BLIPWebSocketServer` with a static file (``BLIPStaticFiles``).
 ///
 /// Opening and reading happen on NIO's blocking thread pool, a 64 KiB chunk at a time, and the next chunk
 /// is read only when the previous one has been written: a slow reader holds one chunk, not the file. The
@@ -19,13 +20,12 @@ internal import NIOPosix
 /// arrive within the server's handshake timeout like any other; once a file's body starts, that timeout
 /// gives way to one per chunk (``BLIPStaticFiles/writeTimeout``), so a large file is not cut off but a
 /// client that stops reading is closed.
-struct StaticFileResponder: Sendable {
+struct StaticFileResponder: PlainHTTPResponder {
     static let chunkSize = 64 * 1024
 
     /// The directory after symbolic links are resolved: every file served must resolve to a path under it.
     let root: String?
     let servesBrowserClient: Bool
-    let origins: BrowserOriginRule
     /// How long one chunk may take to be written before the client is given up on.
     let writeTimeout: TimeAmount
     let threadPool: NIOThreadPool
@@ -40,7 +40,6 @@ struct StaticFileResponder: Sendable {
             self.root = nil
         }
         self.servesBrowserClient = files.servesBrowserClient
-        self.origins = BrowserOriginRule(files)
         self.writeTimeout = TimeAmount(files.writeTimeout)
         self.threadPool = threadPool
     }
@@ -58,12 +57,12 @@ struct StaticFileResponder: Sendable {
     }
 
     /// Writes the answer to `head` and closes the connection.
-    func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {
+    func respond(to head: HTTPRequestHead, context: ChannelHandlerContext, origins: BrowserOriginRule) {
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        guard self.origins.allowsAnyHost || Self.isLoopback(context.channel.remoteAddress) else {
+        guard origins.allowsAnyHost || Self.isLoopback(context.channel.remoteAddress) else {
             return Self.answer(.forbidden, "static files are served to this machine only\n", head, loopBound)
         }
-        guard self.origins.allowsFiles(host: head.headers.first(name: "Host")) else {
+        guard origins.allowsFiles(host: head.headers.first(name: "Host")) else {
             return Self.answer(.forbidden, "the Host must name this machine\n", head, loopBound)
         }
         guard head.method == .GET || head.method == .HEAD else {
@@ -101,10 +100,7 @@ struct StaticFileResponder: Sendable {
                         return Self.end(loopBound)
                     }
                     // A large file may take longer than the handshake allows; each chunk gets its own bound.
-                    loopBound.value.pipeline.syncOperations.removeHandler(
-                        name: HandshakeTimeoutHandler.name,
-                        promise: nil
-                    )
+                    loopBound.value.pipeline.syncOperations.removeHandshakeTimeout()
                     self.sendChunks(of: file, from: 0, loopBound)
                 }
         }

@@ -1,7 +1,7 @@
 /// The JavaScript BLIP 3 client for web pages, an ES module with no dependencies, built into the library
 /// so that the Swift side can hand the page the client that matches it.
 ///
-/// ``BLIPWebSocketServer`` serves it at ``modulePath`` when ``BLIPStaticFiles/servesBrowserClient`` is
+/// `BLIPWebSocketServer` serves it at ``modulePath`` when ``BLIPStaticFiles/servesBrowserClient`` is
 /// on; a server built on another framework can serve ``module`` itself.
 ///
 /// ```js
@@ -10,9 +10,9 @@
 /// const reply = await blip.sendRequest({ profile: 'echo', body: 'hi' })
 /// ```
 public enum BLIPBrowserClient {
-    /// Where ``BLIPWebSocketServer`` serves ``module``.
+    /// Where `BLIPWebSocketServer` serves ``module``.
     public static let modulePath = "/_blip/blip.js"
-    /// Where ``BLIPWebSocketServer`` serves ``typeDeclarations``.
+    /// Where `BLIPWebSocketServer` serves ``typeDeclarations``.
     public static let typeDeclarationsPath = "/_blip/blip.d.ts"
 
     /// The module's source (UTF-8).
