@@ -5,7 +5,8 @@
 # Two figures, each from runs at two counts whose difference, divided by the difference in count, leaves
 # out start-up and warm-up:
 # - in-memory: `blip bench --workload in-memory`, sequential 100-byte echo round trips between two
-#   connections in one process (both sides, API to API, the in-memory transport);
+#   connections in one process (both sides, API to API, the in-memory transport); then its pipelined shape
+#   (64 in flight, per message) and its bulk shape (one random message up, per MiB, 16 against 80 MiB);
 # - loopback: `blip bench --workload rt` against `blip serve`, each process under callgrind (user-space
 #   instructions only: the system calls' kernel time is not counted), the client's and the server's.
 # BLIP_CALLGRIND_ARGS adds options to the in-memory bench command (--tracing, say).
@@ -26,14 +27,21 @@ run() {
     BLIP_MAIN_THREAD_WAITS=1 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.$1" "$work/blip" "${@:2}"
 }
 refs() { sed -n 's/.*refs: *//p' "$1" | tr -d ,; }
+# inMemory NAME ARGS...: the instructions of one in-memory bench run.
 inMemory() {
     # shellcheck disable=SC2086
-    run "in-memory.$1" bench --workload in-memory --count "$1" ${BLIP_CALLGRIND_ARGS:-} 2> "$work/in-memory.$1.err" > /dev/null
+    run "in-memory.$1" bench --workload in-memory "${@:2}" ${BLIP_CALLGRIND_ARGS:-} 2> "$work/in-memory.$1.err" > /dev/null
     refs "$work/in-memory.$1.err"
 }
-low=$(inMemory 200)
-high=$(inMemory 1200)
+low=$(inMemory rt.200 --count 200)
+high=$(inMemory rt.1200 --count 1200)
 echo "callgrind, in-memory: $(((high - low) / 1000)) instructions per round trip (${low} at 200, ${high} at 1200)"
+low=$(inMemory pipelined.1000 --shape pipelined --count 1000)
+high=$(inMemory pipelined.6000 --shape pipelined --count 6000)
+echo "callgrind, in-memory pipelined-64: $(((high - low) / 5000)) instructions per message"
+low=$(inMemory bulk.16 --shape bulk --size $((16 << 20)))
+high=$(inMemory bulk.80 --shape bulk --size $((80 << 20)))
+echo "callgrind, in-memory bulk (random data, up): $(((high - low) / 64)) instructions per MiB"
 
 # Sets client_N and server_N: each process's instructions for N loopback round trips.
 loopback() {

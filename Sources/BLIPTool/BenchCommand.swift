@@ -88,6 +88,12 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Write every frame under this folder.") var capture: String?
     @Flag(help: "Use a fixed 128 000-byte send window instead of the adaptive one.") var fixedWindow = false
     @Option(help: "Deflate level for compressed data, 0 (off) to 9.") var compressionLevel: Int32?
+    @Option(
+        help: """
+            in-memory: rt (default), pipelined (--concurrency in flight, default 64) or bulk (one --size message             up, default 64 MiB).
+            """
+    )
+    var shape: BenchRunner.InMemoryShape?
     @Flag(help: "in-memory: trace every request on both sides with the bootstrapped tracer (a no-op one).")
     var tracing = false
     @OptionGroup var reach: ClientReachOptions
@@ -108,6 +114,9 @@ struct BenchCommand: AsyncParsableCommand {
             }
         }
         if let via = self.via { try WebSocketURLArgument.check(via, as: "--via") }
+        if self.shape != nil && self.workload != .inMemory {
+            throw ValidationError("--shape applies to --workload in-memory")
+        }
         for (name, value) in [
             ("--count", self.count), ("--concurrency", self.concurrency), ("--connections", self.connections),
         ] {
@@ -269,3 +278,5 @@ func percentile(_ sorted: [Duration], _ fraction: Double) -> Duration? {
     guard !sorted.isEmpty else { return nil }
     return sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))]
 }
+
+extension BenchRunner.InMemoryShape: ExpressibleByArgument {}

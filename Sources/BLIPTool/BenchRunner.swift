@@ -155,7 +155,9 @@ struct BenchRunner {
             }
         }
         if workload == .inMemory {
-            self.report(try await self.inMemoryRoundTrips(count: self.options.count ?? 20_000, size: smallSize))
+            self.report(
+                try await self.inMemory(self.options.shape ?? .rt, count: self.options.count, size: self.options.size)
+            )
         }
         if workload == .fanin {
             self.report(
@@ -281,7 +283,8 @@ struct BenchRunner {
     {
         let name = "bulk-\(direction)-\(data)\(compressed ? "-compressed" : "")"
         self.progress.show(name, 0, 1)
-        let (elapsed, wire) = try await self.connect { connection in
+        let serverProcessID = self.serverProcessID
+        let (elapsed, wire, serverCPU) = try await self.connect { connection in
             switch direction {
             case .up:
                 if self.options.warmsUp {
@@ -292,16 +295,18 @@ struct BenchRunner {
                 }
                 let body = data.bytes(size)
                 let before = connection.statistics
+                let cpuBefore = serverProcessID.flatMap(ProcessCPUTime.of)
                 let started = ContinuousClock.now
                 let reply = try await connection.sendRequest(
                     BLIPRequest(profile: "sink", body: body, compressed: compressed)
                 )
                 let elapsed = ContinuousClock.now - started
+                let cpu = Self.cpuSpent(by: serverProcessID, since: cpuBefore)
                 guard reply.properties["Count"] == "\(size)" else {
                     throw BenchError("sink counted \(reply.properties)")
                 }
                 let after = connection.statistics
-                return (elapsed, after.bytesSent - before.bytesSent)
+                return (elapsed, after.bytesSent - before.bytesSent, cpu)
             case .down:
                 func download(_ count: Int) async throws -> Int {
                     let request = BLIPRequest(
@@ -315,14 +320,16 @@ struct BenchRunner {
                 }
                 if self.options.warmsUp { _ = try await download(8 << 20) }
                 let before = connection.statistics
+                let cpuBefore = serverProcessID.flatMap(ProcessCPUTime.of)
                 let started = ContinuousClock.now
                 let received = try await download(size)
                 let elapsed = ContinuousClock.now - started
+                let cpu = Self.cpuSpent(by: serverProcessID, since: cpuBefore)
                 guard received == size else { throw BenchError("received \(received) of \(size) bytes") }
-                return (elapsed, connection.statistics.bytesReceived - before.bytesReceived)
+                return (elapsed, connection.statistics.bytesReceived - before.bytesReceived, cpu)
             }
         }
-        return BenchResult(
+        var result = BenchResult(
             workload: name,
             count: 1,
             concurrency: 1,
@@ -332,6 +339,19 @@ struct BenchRunner {
             compressed: compressed,
             direction: direction.rawValue
         )
+        if let serverCPU, size > 0 {
+            // With --self: the server's CPU time (user + system, all threads) per MiB of the message.
+            result.extra["server_cpu_ms_per_mib"] =
+                (serverCPU.seconds * 1000 / (Double(size) / 1_048_576) * 1000)
+                .rounded() / 1000
+        }
+        return result
+    }
+
+    /// The CPU time `processID` used since `before` (nil without a process to read).
+    static func cpuSpent(by processID: Int32?, since before: Duration?) -> Duration? {
+        guard let before, let after = processID.flatMap(ProcessCPUTime.of) else { return nil }
+        return after - before
     }
 
     /// 100 small requests while a 64 MiB message streams, once all urgent, once (on a fresh connection)

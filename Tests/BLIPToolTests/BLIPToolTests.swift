@@ -468,8 +468,12 @@ struct BenchWorkloadTests {
         let fanIn = try await runner.fanIn(connections: 4, concurrency: 3, count: 60, size: 100)
         // Every request is counted once, whichever client took it.
         #expect(fanIn.count == 60 && fanIn.concurrency == 12 && fanIn.p99 != nil)
-        let inMemory = try await runner.inMemoryRoundTrips(count: 20, size: 100)
+        let inMemory = try await runner.inMemory(.rt, count: 20, size: 100)
         #expect(inMemory.count == 20 && (inMemory.messagesPerSecond ?? 0) > 0)
+        let inMemoryPipelined = try await runner.inMemory(.pipelined, count: 200, size: 100)
+        #expect(inMemoryPipelined.count == 200 && inMemoryPipelined.concurrency == 64)
+        let inMemoryBulk = try await runner.inMemory(.bulk, count: nil, size: 1 << 20)
+        #expect(inMemoryBulk.workload == "in-memory-bulk-random" && (inMemoryBulk.mibPerSecond ?? 0) > 0)
         var handlerShape = BenchResult(
             workload: "rt",
             count: 1,
