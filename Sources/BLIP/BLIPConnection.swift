@@ -67,6 +67,9 @@ public struct BLIPConnection: Sendable, Hashable {
     /// What has crossed the wire so far.
     public var statistics: BLIPConnectionStatistics { self.core.statistics }
 
+    /// How often the connection's lock has been taken: the figure behind locks per message.
+    package var lockAcquisitions: UInt64 { self.core.state.acquisitions }
+
     /// The protocol state: every unfinished message with its flow-control counters. For diagnosing a
     /// connection that waits for something; the format is for people, not for parsing.
     public var stateDescription: String { self.core.stateDescription }

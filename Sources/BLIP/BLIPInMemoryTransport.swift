@@ -184,12 +184,14 @@ final class InMemoryLink: Sendable {
             !$0[side].closed && (untilDone || $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight)
         }) {
             var frame = spare.take() ?? Self.allocator.buffer(capacity: Self.initialFrameCapacity)
-            guard sink.nextFrame(into: &frame) else {
+            let pulled = sink.pullFrame(into: &frame)
+            guard pulled != .none else {
                 spare = frame
                 break
             }
             self.ends.withLockedValue { $0[other].inbox.append(frame) }
             sent = true
+            if pulled == .lastReadyFrame && !untilDone { break }
         }
         if let spare { self.ends.withLockedValue { $0[side].spareFrame = spare } }
         if sent { self.scheduleDelivery(other) }

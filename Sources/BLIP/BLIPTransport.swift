@@ -55,6 +55,12 @@ public final class BLIPTransportSink: Sendable {
         self.core.nextFrame(into: &buffer)
     }
 
+    /// ``nextFrame(into:)`` that also says whether another frame is ready behind this one (learnt under the
+    /// same lock), so that the package's transports stop pulling without one more call that finds nothing.
+    package func pullFrame(into buffer: inout ByteBuffer) -> BLIPPulledFrame {
+        self.core.pullFrame(into: &buffer)
+    }
+
     /// The transport is closed, as `status` says: by whom, with which code and why.
     public func closed(_ status: BLIPCloseStatus) {
         self.core.transportClosed(status)
@@ -81,4 +87,14 @@ public final class BLIPTransportSink: Sendable {
     public func writabilityChanged(_ isWritable: Bool) {
         self.core.writabilityChanged(isWritable)
     }
+}
+
+/// What one pull from ``BLIPTransportSink`` gave.
+package enum BLIPPulledFrame: Equatable, Sendable {
+    /// Nothing to send now.
+    case none
+    /// A frame, and another is ready behind it.
+    case frameWithMoreReady
+    /// A frame, and nothing more is ready: new work wakes the writer (``BLIPTransport/wakeWriter()``).
+    case lastReadyFrame
 }

@@ -153,6 +153,14 @@ extension BLIPConnectionEngine {
     /// - Parameter now: the time the frame leaves, for measuring round trips. Read only for a frame that
     ///   waits for an ACK (one with more to come, in a dialect with flow control): a small message leaves
     ///   without a clock read.
+    /// Whether ``nextFrame(into:now:)`` would give a frame now: an ACK or a message is queued. A writer that
+    /// has just pulled a frame stops when this is false, instead of pulling once more to find nothing; new
+    /// work wakes it again (`wakeWriter`).
+    package var hasFrameReady: Bool {
+        !self.isClosed && (!self.hasFailed || self.isFinishingReplies)
+            && (!self.pendingACKs.isEmpty || !self.outbox.isEmpty)
+    }
+
     package func nextFrame(
         into output: inout ByteBuffer,
         now: @autoclosure () -> NIODeadline

@@ -175,10 +175,12 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 buffer.clear()
                 buffer.moveWriterIndex(forwardBy: Self.headroom)
                 buffer.moveReaderIndex(forwardBy: Self.headroom)
-                guard let kind = sink.nextMessage(into: &buffer) else {
+                guard let (kind, isLastReady) = sink.pullMessage(into: &buffer) else {
                     self.spareBuffer = buffer  // nothing to send: keep it for the next frame
                     break
                 }
+                // The last one ready: no pull that finds nothing (new work wakes this pump again).
+                let stopsAfterThis = isLastReady && !untilDone
                 if let capture = self.capture {
                     capture.record(ByteBuffer(buffer.readableBytesView), clientToServer: self.settings.role == .client)
                 }
@@ -187,24 +189,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 written += buffer.readableBytes
                 frames += 1
                 let opcode: WebSocketOpcode = kind == .text ? .text : .binary
-                guard !self.hasFrameEncoder else {
-                    self.write(opcode, consume buffer, context: context)
-                    continue
-                }
-                var frame = self.frame(opcode, consume buffer, allocator: channel.allocator)
-                if frame.readableBytes <= Self.batchedFrameLimit,
-                    self.batch?.writableBytes ?? 0 >= frame.readableBytes
-                {
-                    self.batch!.writeBuffer(&frame)
-                    self.spareBuffer = frame  // emptied, and still the only reference to its storage
-                    continue
-                }
-                self.writeBatch(context: context)
-                if frame.readableBytes <= Self.batchedFrameLimit {
-                    self.batch = frame
-                } else {
-                    context.write(NIOAny(frame), promise: nil)
-                }
+                self.writeFrame(opcode, consume buffer, context: context, allocator: channel.allocator)
+                if stopsAfterThis { break }
             }
             self.writeBatch(context: context)
             if frames > 0 { context.flush() }
@@ -213,6 +199,32 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 return
             }
         } while self.pumpAgain && !self.sentClose && !self.receivedClose
+    }
+
+    /// Writes one message's frame: through the frame encoder, or batched with the small frames before it
+    /// into one buffer, or on its own.
+    private func writeFrame(
+        _ opcode: WebSocketOpcode,
+        _ buffer: consuming ByteBuffer,
+        context: ChannelHandlerContext,
+        allocator: ByteBufferAllocator
+    ) {
+        guard !self.hasFrameEncoder else {
+            self.write(opcode, consume buffer, context: context)
+            return
+        }
+        var frame = self.frame(opcode, consume buffer, allocator: allocator)
+        if frame.readableBytes <= Self.batchedFrameLimit, self.batch?.writableBytes ?? 0 >= frame.readableBytes {
+            self.batch!.writeBuffer(&frame)
+            self.spareBuffer = frame  // emptied, and still the only reference to its storage
+            return
+        }
+        self.writeBatch(context: context)
+        if frame.readableBytes <= Self.batchedFrameLimit {
+            self.batch = frame
+        } else {
+            context.write(NIOAny(frame), promise: nil)
+        }
     }
 
     /// The connection has something to send: pumps in a task of the event loop, after what is already

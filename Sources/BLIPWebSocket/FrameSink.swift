@@ -8,6 +8,9 @@ protocol FrameSink: AnyObject, Sendable {
     func received(_ message: ByteBuffer, isText: Bool) -> Bool
     /// Appends the next message to send to `buffer`; returns its kind (text or binary), or nil if none.
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind?
+    /// ``nextMessage(into:)``, also saying whether it was the last one ready (the handler then stops
+    /// pulling until it is woken).
+    func pullMessage(into buffer: inout ByteBuffer) -> (kind: MessageKind, isLastReady: Bool)?
     func closed(_ status: BLIPCloseStatus)
     /// The channel can take more writes (true), or is full: the peer is not reading.
     func writabilityChanged(_ isWritable: Bool)
@@ -17,6 +20,10 @@ protocol FrameSink: AnyObject, Sendable {
 }
 
 extension FrameSink {
+    func pullMessage(into buffer: inout ByteBuffer) -> (kind: MessageKind, isLastReady: Bool)? {
+        self.nextMessage(into: &buffer).map { ($0, false) }
+    }
+
     func writabilityChanged(_ isWritable: Bool) {}
     /// One write per read batch, as the raw endpoint (the benchmarks' handler-style baseline) is defined.
     var writesWithinReadBatch: Bool { false }
@@ -43,6 +50,14 @@ final class BLIPFrameSink: FrameSink {
 
     func nextMessage(into buffer: inout ByteBuffer) -> MessageKind? {
         self.sink.nextFrame(into: &buffer) ? .binary : nil
+    }
+
+    func pullMessage(into buffer: inout ByteBuffer) -> (kind: MessageKind, isLastReady: Bool)? {
+        switch self.sink.pullFrame(into: &buffer) {
+        case .none: nil
+        case .frameWithMoreReady: (.binary, false)
+        case .lastReadyFrame: (.binary, true)
+        }
     }
 
     func closed(_ status: BLIPCloseStatus) {

@@ -55,14 +55,19 @@ extension ConnectionCore {
                 try work.handler(work.request, $0)
             }
         }
-        if work.expectsReply { self.respond(to: work.number, with: result) }
-        // The slot goes to the request waiting longest, if any.
-        var effects = Effects()
-        self.state.withLockedValue { state in
-            guard let next = self.handlerFinished(charge: work.charge, &state, effects: &effects) else { return }
+        // The slot goes to the request waiting longest, if any: under the lock that queues the reply.
+        let charge = work.charge
+        let handOnSlot = { (state: inout State, effects: inout Effects) in
+            guard let next = self.handlerFinished(charge: charge, &state, effects: &effects) else { return }
             self.startInTask(next, &state, effects: &effects)
         }
-        self.perform(&effects)
+        if work.expectsReply {
+            self.respond(to: work.number, with: result, andThen: handOnSlot)
+        } else {
+            var effects = Effects()
+            self.state.withLockedValue { handOnSlot(&$0, &effects) }
+            self.perform(&effects)
+        }
     }
 
     /// Has `work`, whose slot is taken, run after the lock in a handler task: an idle one if one waits,

@@ -317,7 +317,15 @@ extension ConnectionCore {
     /// empty value in the seed dialect, a block over the limit) is logged as an error and replaced by ERR
     /// BLIP/500, so that the peer never waits forever. A streamed reply is handed to ``run()``, which pulls
     /// its body (ConnectionCore+StreamedReplies).
-    func respond(to number: UInt64, with result: Result<BLIPResponse, BLIPError>, releasing charge: Int = 0) {
+    ///
+    /// `andThen` runs under the same lock as the reply is queued (a finished handler's slot handed on), so that
+    /// a request handled where it arrived costs one acquisition after its handler, not two.
+    func respond(
+        to number: UInt64,
+        with result: Result<BLIPResponse, BLIPError>,
+        releasing charge: Int = 0,
+        andThen: ((inout State, inout Effects) -> Void)? = nil
+    ) {
         if case .success(let response) = result, let body = response.bodyStream {
             self.releaseBuffered(charge)
             let head = StreamedReplyHead(
@@ -326,6 +334,11 @@ extension ConnectionCore {
                 isCompressed: response.isCompressed
             )
             self.workContinuation.yield(.streamedReply(head, body))
+            if let andThen {
+                var effects = Effects()
+                self.state.withLockedValue { andThen(&$0, &effects) }
+                self.perform(&effects)
+            }
             return
         }
         let message: BLIPOutgoingMessage
@@ -349,6 +362,7 @@ extension ConnectionCore {
             self.release(charge, &state, effects: &effects)
             _ = self.enqueueReply(message, to: number, &state, effects: &effects)
             self.closeIfAskedAfterReply(to: number, &state, effects: &effects)
+            andThen?(&state, &effects)
         }
         self.perform(&effects)
     }
@@ -392,9 +406,17 @@ extension ConnectionCore {
     /// Pulls the next frame for the transport. After a fatal error from the peer, replies already queued
     /// whole still go out (up to 1 MiB), then nothing.
     func nextFrame(into buffer: inout ByteBuffer) -> Bool {
+        self.pullFrame(into: &buffer) != .none
+    }
+
+    /// ``nextFrame(into:)``, also saying whether another frame is ready behind this one, learnt under the
+    /// same lock: a transport stops pulling when none is, rather than taking the lock again to find nothing.
+    func pullFrame(into buffer: inout ByteBuffer) -> BLIPPulledFrame {
         var effects = Effects()
         let start = buffer.writerIndex
+        var more = false
         let sent = self.state.withLockedValue { state -> BLIPSentFrame? in
+            defer { more = state.engine.hasFrameReady }
             guard !state.isClosed || state.finishingReplies > 0 else { return nil }
             let next: BLIPNextFrame
             do throws(BLIPEngineError) {
@@ -434,7 +456,7 @@ extension ConnectionCore {
             return frame
         }
         self.perform(&effects)
-        guard let sent else { return false }
+        guard let sent else { return .none }
         self.metrics.bytesSent.increment(by: Int64(buffer.writerIndex - start))
         if self.tracesFrames {
             self.logger.trace(
@@ -442,6 +464,6 @@ extension ConnectionCore {
                 metadata: ["blip.frame": "\(sent.header)", "blip.length": "\(sent.length)"]
             )
         }
-        return true
+        return more ? .frameWithMoreReady : .lastReadyFrame
     }
 }

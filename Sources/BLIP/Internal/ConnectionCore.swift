@@ -31,7 +31,7 @@ final class ConnectionCore: Sendable {
     let requestTracer: RequestTracer?
     /// Whether frame-level trace logging is on (checked once: the hot path should not ask per frame).
     let tracesFrames: Bool
-    let state: NIOLockedValueBox<State>
+    let state: CountingLockedValueBox<State>
     let nextToken = Atomic<UInt64>(1)
     /// Set (under the lock) while a graceful close waits, so that ``perform(_:)`` looks at the state only
     /// then: one relaxed load per operation otherwise.
@@ -253,7 +253,7 @@ final class ConnectionCore: Sendable {
         self.metrics = ConnectionMetrics(dialect: transport.dialect)
         self.requestTracer = RequestTracer(configuration.tracing)
         let engine = BLIPConnectionEngine(configuration: configuration.engineConfiguration(dialect: transport.dialect))
-        self.state = NIOLockedValueBox(State(engine: engine))
+        self.state = CountingLockedValueBox(State(engine: engine))
         configuration.sharedBudget?.connectionOpened()
         (self.work, self.workContinuation) = AsyncStream.makeStream(of: Job.self)
     }
@@ -405,7 +405,7 @@ final class ConnectionCore: Sendable {
     /// Outstanding bookkeeping, for tests that check a connection leaves nothing behind: the count of
     /// callers, streams, buffered requests and messages the connection still tracks.
     var pendingBookkeeping: Int {
-        self.state.withLockedValue { state in
+        self.state.withLockedValue { state -> Int in
             state.replyWaiters.count + state.sendWaiters.count + state.demandWaiters.count + state.tokens.count
                 + state.tokenOfMessage.count + state.inbound.count + state.streams.count + state.unhandled.count
                 + state.pendingWork.count + state.withheld.count + state.engine.outgoingCount
