@@ -9,6 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BLIP_SIMULATION_SESSIONS="${BLIP_SIMULATION_SESSIONS:-400}"
+# Tests that check what is skipped outside ThreadSanitizer (ThreadSanitizerPresence) know they run under it.
+export BLIP_UNDER_THREAD_SANITIZER=1
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${BLIP_TSAN_WIDTH:-4}"
 volume='StreamedReplyOverSocketTests|StreamingOverSocketTests|BenchWorkloadTests|HandlerOrderTests/serialOrder'
 volume+='|HostilePeerTests|FileDescriptorLimitTests|BrowserChecksTests'
