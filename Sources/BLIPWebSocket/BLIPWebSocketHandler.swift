@@ -82,6 +82,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
     /// the batch. It and `batch` are touched for every frame, only on the loop and never across a call out
     /// of the handler, so their accesses are not checked at run time (a check costs about 100 instructions).
     @exclusivity(unchecked) private var spareBuffer: ByteBuffer?
+    /// Whether a frame-sized buffer is kept for the next pump (only by a connection that is writing).
+    var holdsSpareBuffer: Bool { self.spareBuffer != nil }
     /// Small frames a pump has produced one after another, appended to the first one's buffer (which has
     /// room for a whole frame) and written as one: one write per batch instead of one per frame (NIO's
     /// bookkeeping of a write and its part of the flush cost about 3 000 instructions). Every other write
@@ -176,7 +178,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
                 buffer.moveWriterIndex(forwardBy: Self.headroom)
                 buffer.moveReaderIndex(forwardBy: Self.headroom)
                 guard let (kind, isLastReady) = sink.pullMessage(into: &buffer) else {
-                    self.spareBuffer = buffer  // nothing to send: keep it for the next frame
+                    // Nothing to send. Kept for the next frame by a connection that is writing; an idle one
+                    // (the start's pump, a wake that found nothing) holds no frame-sized buffer.
+                    if frames > 0 { self.spareBuffer = buffer }
                     break
                 }
                 // The last one ready: no pull that finds nothing (new work wakes this pump again).

@@ -66,6 +66,26 @@ struct HandlerTests {
         _ = try? channel.finish(acceptAlreadyClosed: true)
     }
 
+    @Test("an idle connection keeps no frame-sized buffer; one that is writing keeps one for its next frame")
+    func idleConnectionsHoldNoSpareBuffer() throws {
+        let idle = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let idleChannel = try Self.channel(idle)
+        idle.start(RecordingSink())  // the start's pump finds nothing to send
+        idleChannel.embeddedEventLoop.run()
+        // A 16 KiB buffer per idle connection was most of what one cost a server beyond its socket.
+        #expect(!idle.holdsSpareBuffer)
+        _ = try? idleChannel.finish(acceptAlreadyClosed: true)
+
+        let writing = BLIPWebSocketHandler(settings: Self.settings(.server))
+        let writingChannel = try Self.channel(writing)
+        writing.start(EchoSink(writesWithinReadBatch: true))
+        try writingChannel.writeInbound(ByteBuffer(bytes: [0x82, 0x83, 0, 0, 0, 0, 7, 8, 9]))
+        writingChannel.embeddedEventLoop.run()
+        #expect(try writingChannel.readOutbound(as: ByteBuffer.self) != nil)
+        #expect(writing.holdsSpareBuffer)
+        _ = try? writingChannel.finish(acceptAlreadyClosed: true)
+    }
+
     /// The frames a server or client wrote, unmasked: (opcode, payload) in order.
     static func frames(in written: [UInt8]) -> [(opcode: UInt8, payload: [UInt8])] {
         var frames: [(UInt8, [UInt8])] = []
