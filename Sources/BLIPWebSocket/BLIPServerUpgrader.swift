@@ -52,7 +52,7 @@ package final class BLIPServerUpgrader<UpgradeResult: Sendable>: NIOTypedHTTPSer
         let maximumFrameSize = self.maximumFrameSize
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(
-                ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: maximumFrameSize))
+                ByteToMessageHandler(UnmaskingFrameDecoder(maximumFrameSize: maximumFrameSize))
             )
         }.flatMap {
             self.upgradePipelineHandler(channel, upgradeRequest)

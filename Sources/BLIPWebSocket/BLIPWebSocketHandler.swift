@@ -37,6 +37,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         /// The largest message accepted, fragments reassembled (larger ones close the connection with 1009).
         var maximumMessageSize: Int
         var logger: Logger
+        /// The frames' payloads come unmasked already, their keys kept to show they were masked
+        /// (``UnmaskingFrameDecoder``, on servers).
+        var payloadsUnmaskedByDecoder = false
     }
 
     /// Room kept before each BLIP frame for the WebSocket header (at most 14 bytes).
@@ -313,9 +316,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             guard !self.sentClose else { return }
             if self.pongsThisBatch < Self.pongsPerBatch {
                 self.pongsThisBatch += 1
-                self.write(.pong, frame.unmaskedData, context: context)
+                self.write(.pong, self.payload(of: frame), context: context)
             } else {
-                self.pendingPong = frame.unmaskedData
+                self.pendingPong = self.payload(of: frame)
             }
         case .pong:
             self.awaitingPong = false
@@ -328,15 +331,21 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         }
     }
 
+    /// A frame's payload, unmasked (by the decoder already, or here, word-wide).
+    private func payload(of frame: WebSocketFrame) -> ByteBuffer {
+        var payload = frame.data
+        if let key = frame.maskKey, !self.settings.payloadsUnmaskedByDecoder {
+            payload.webSocketMaskWordWide((key[0], key[1], key[2], key[3]))
+        }
+        return payload
+    }
+
     /// A data frame: a whole message, or a fragment of one (RFC 6455 5.4), reassembled here rather than by
     /// NIO's aggregator so that every fragment is checked (reserved bits, mask, UTF-8 as it arrives) and a
     /// message may come in any number of fragments, as long as it fits ``Settings/maximumMessageSize``.
     private func receivedData(_ frame: WebSocketFrame) {
         guard !self.sentClose else { return }  // closing: the peer's data is dropped
-        var payload = frame.data
-        if let key = frame.maskKey {
-            payload.webSocketMaskWordWide((key[0], key[1], key[2], key[3]))
-        }
+        var payload = self.payload(of: frame)
         let isText: Bool
         var message: ByteBuffer
         if frame.opcode == .continuation {
@@ -480,7 +489,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         // What the messages before the close produced (replies, echoes) goes out before the answering close.
         self.pump()
         self.receivedClose = true
-        var data = frame.unmaskedData
+        var data = self.payload(of: frame)
         var code = WebSocketErrorCode.normalClosure
         var reason = ""
         if data.readableBytes == 1 {

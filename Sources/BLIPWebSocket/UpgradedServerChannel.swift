@@ -41,7 +41,8 @@ package struct UpgradedServerChannel: Sendable {
                 closeTimeout: self.closeTimeout,
                 frameSize: self.frameSize,
                 maximumMessageSize: self.maximumMessageSize,
-                logger: self.logger
+                logger: self.logger,
+                payloadsUnmaskedByDecoder: true  // BLIPServerUpgrader's UnmaskingFrameDecoder
             )
         }
     }

@@ -1,0 +1,94 @@
+internal import NIOCore
+internal import NIOWebSocket
+
+/// A server's WebSocket frame decoder that unmasks each client frame's payload where it lies, word-wide,
+/// in the read buffer itself, before handing out the frame (`payloadsUnmaskedByDecoder` on the handler).
+///
+/// NIO's `WebSocketFrameDecoder` hands out a slice of the read buffer, still masked; unmasking that slice
+/// in place copied it first (the read buffer still shared its storage), which was 5 % of a server's CPU
+/// under a bulk upload (perf, 256 MiB up), beside 3 % for the unmasking itself. Here the bytes are
+/// unmasked in the buffer before the slice is taken, so no copy is made while the decoder alone holds
+/// the buffer. The checks are NIO's: a length over `maximumFrameSize` (`invalidFrameLength`), a
+/// fragmented control frame, a control frame over 125 bytes, a 64-bit length with its top bit set.
+struct UnmaskingFrameDecoder: ByteToMessageDecoder {
+    typealias InboundOut = WebSocketFrame
+
+    let maximumFrameSize: Int
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let header = try Self.header(at: buffer.readerIndex, in: buffer, maximumFrameSize: self.maximumFrameSize)
+        else { return .needMoreData }
+        guard buffer.readableBytes - header.size >= header.length else { return .needMoreData }
+        buffer.moveReaderIndex(forwardBy: header.size)
+        if let key = header.maskKey {
+            // In the read buffer, before any slice of it exists: no copy-on-write.
+            buffer.withUnsafeMutableReadableBytes { bytes in
+                WebSocketMasking.mask(
+                    UnsafeMutableRawBufferPointer(rebasing: bytes[..<header.length]),
+                    key: (key[0], key[1], key[2], key[3])
+                )
+            }
+        }
+        let payload = buffer.readSlice(length: header.length)!
+        let frame = WebSocketFrame(
+            fin: header.firstByte & 0x80 != 0,
+            rsv1: header.firstByte & 0x40 != 0,
+            rsv2: header.firstByte & 0x20 != 0,
+            rsv3: header.firstByte & 0x10 != 0,
+            opcode: WebSocketOpcode(encodedWebSocketOpcode: header.firstByte & 0x0F)!,
+            maskKey: header.maskKey,
+            data: payload
+        )
+        context.fireChannelRead(Self.wrapInboundOut(frame))
+        return .continue
+    }
+
+    mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
+        while try self.decode(context: context, buffer: &buffer) == .continue {}
+        return .needMoreData
+    }
+
+    struct Header {
+        var firstByte: UInt8
+        var length: Int
+        var maskKey: WebSocketMaskingKey?
+        /// Bytes of the header itself.
+        var size: Int
+    }
+
+    /// The frame header at `index`, or nil until all of it has arrived; throws what NIO's decoder throws for
+    /// a frame that may not be read on.
+    static func header(at index: Int, in buffer: ByteBuffer, maximumFrameSize: Int) throws -> Header? {
+        guard let firstByte = buffer.getInteger(at: index, as: UInt8.self),
+            let secondByte = buffer.getInteger(at: index + 1, as: UInt8.self)
+        else { return nil }
+        var size = 2
+        var length = Int(secondByte & 0x7F)
+        if length == 126 {
+            guard let word = buffer.getInteger(at: index + 2, as: UInt16.self) else { return nil }
+            length = Int(word)
+            size += 2
+        } else if length == 127 {
+            guard let word = buffer.getInteger(at: index + 2, as: UInt64.self) else { return nil }
+            guard word <= UInt64(Int.max) else { throw NIOWebSocketError.invalidFrameLength }
+            length = Int(word)
+            size += 8
+        }
+        guard length <= maximumFrameSize else { throw NIOWebSocketError.invalidFrameLength }
+        let isControlFrame = firstByte & 0x08 != 0
+        if isControlFrame && firstByte & 0x80 == 0 { throw NIOWebSocketError.fragmentedControlFrame }
+        if isControlFrame && length > 125 { throw NIOWebSocketError.multiByteControlFrameLength }
+        var maskKey: WebSocketMaskingKey?
+        if secondByte & 0x80 != 0 {
+            // A view of the 4 bytes, not an array: no allocation per frame.
+            guard let key = buffer.viewBytes(at: index + size, length: 4) else { return nil }
+            maskKey = WebSocketMaskingKey(key)
+            size += 4
+        }
+        return Header(firstByte: firstByte, length: length, maskKey: maskKey, size: size)
+    }
+}
