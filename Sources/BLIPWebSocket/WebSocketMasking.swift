@@ -11,9 +11,40 @@ extension ByteBuffer {
     }
 }
 
-/// Word-wide WebSocket masking of raw bytes (the client's frames, and the server's unmasking in its read
-/// buffer, ``UnmaskingFrameDecoder``).
+/// Word-wide WebSocket masking of raw bytes (the client's frames, and the server's unmasking copy,
+/// ``UnmaskingFrameDecoder``).
 enum WebSocketMasking {
+    /// Writes `source` XORed with `key` to `destination` (as long as `source`), eight bytes at a time: the
+    /// copy and the unmasking in one pass.
+    static func unmask(
+        _ source: UnsafeRawBufferPointer,
+        into destination: UnsafeMutableRawBufferPointer,
+        key: (UInt8, UInt8, UInt8, UInt8)
+    ) {
+        guard let from = source.baseAddress, let to = destination.baseAddress else { return }
+        let count = source.count
+        let keyWord = UInt32(key.0) | UInt32(key.1) << 8 | UInt32(key.2) << 16 | UInt32(key.3) << 24
+        let wide = (UInt64(keyWord) | UInt64(keyWord) << 32).littleEndian
+        var index = 0
+        while index + 8 <= count {
+            to.storeBytes(
+                of: from.loadUnaligned(fromByteOffset: index, as: UInt64.self) ^ wide,
+                toByteOffset: index,
+                as: UInt64.self
+            )
+            index += 8
+        }
+        while index < count {
+            let keyByte = UInt8(truncatingIfNeeded: keyWord >> UInt32((index & 3) * 8))
+            to.storeBytes(
+                of: from.load(fromByteOffset: index, as: UInt8.self) ^ keyByte,
+                toByteOffset: index,
+                as: UInt8.self
+            )
+            index += 1
+        }
+    }
+
     /// XORs `bytes` with `key`, eight bytes at a time; `keyOffset` is the key position of the first byte.
     static func mask(_ bytes: UnsafeMutableRawBufferPointer, key: (UInt8, UInt8, UInt8, UInt8), keyOffset: Int = 0) {
         let keyWord = UInt32(key.0) | UInt32(key.1) << 8 | UInt32(key.2) << 16 | UInt32(key.3) << 24
