@@ -26,7 +26,7 @@ struct UnmaskingFrameDecoder: ByteToMessageDecoder {
             var unmasked = context.channel.allocator.buffer(capacity: header.length)
             _ = buffer.withUnsafeReadableBytes { bytes in
                 unmasked.writeWithUnsafeMutableBytes(minimumWritableBytes: header.length) { destination in
-                    WebSocketMasking.unmask(
+                    WebSocketMasking.mask(
                         UnsafeRawBufferPointer(rebasing: bytes[..<header.length]),
                         into: destination,
                         key: (key[0], key[1], key[2], key[3])
