@@ -85,7 +85,8 @@ struct ServerArticleSamples {
             // end sample
         }
         let received = AsyncStream.makeStream(of: String.self)
-        var client = BLIPRouter()
+        // Serial: the feed's order is what is checked, and concurrent handlers may start out of order.
+        var client = BLIPRouter(handlerOrder: .serial)
         client.register(profile: "changes") { request, _ in
             received.continuation.yield(request.text)
             return BLIPResponse()
