@@ -8,7 +8,8 @@
 #   connections in one process (both sides, API to API, the in-memory transport); then its pipelined shape
 #   (64 in flight, per message) and its bulk shape (one random message up, per MiB, 16 against 80 MiB);
 # - loopback: `blip bench --workload rt` against `blip serve`, each process under callgrind (user-space
-#   instructions only: the system calls' kernel time is not counted), the client's and the server's.
+#   instructions only: the system calls' kernel time is not counted), the client's and the server's; then
+#   the same for raw WebSocket echoes (`--raw-only`, the baseline's task shape), and the ratio of the two.
 # BLIP_CALLGRIND_ARGS adds options to the in-memory bench command (--tracing, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +44,8 @@ low=$(inMemory bulk.16 --shape bulk --size $((16 << 20)))
 high=$(inMemory bulk.80 --shape bulk --size $((80 << 20)))
 echo "callgrind, in-memory bulk (random data, up): $(((high - low) / 64)) instructions per MiB"
 
-# Sets client_N and server_N: each process's instructions for N loopback round trips.
+# loopback NAME COUNT [ARGS...]: sets client_NAME and server_NAME, each process's instructions for COUNT
+# loopback round trips.
 loopback() {
     # Started here rather than through `run`, so that $! is valgrind itself and SIGTERM reaches the server.
     BLIP_MAIN_THREAD_WAITS=1 valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.server.$1" \
@@ -55,20 +57,32 @@ loopback() {
         [ -n "$port" ] && break
         sleep 0.2
     done
-    run "client.$1" bench "ws://127.0.0.1:$port/" --workload rt --count "$1" > /dev/null 2> "$work/client.$1.err"
+    run "client.$1" bench "ws://127.0.0.1:$port/" --workload rt --count "$2" "${@:3}" > /dev/null \
+        2> "$work/client.$1.err"
     kill -TERM "$server_pid"
     wait "$server_pid" || true
     server_pid=""
     eval "client_$1=$(refs "$work/client.$1.err") server_$1=$(refs "$work/server.$1.err")"
 }
-loopback 200
-loopback 1200
+loopback 200 200
+loopback 1200 1200
+loopback raw200 200 --raw-only
+loopback raw1200 1200 --raw-only
 # shellcheck disable=SC2154
 client_instructions=$(((client_1200 - client_200) / 1000))
 # shellcheck disable=SC2154
 server_instructions=$(((server_1200 - server_200) / 1000))
-echo "callgrind, loopback WebSocket: $((client_instructions + server_instructions)) instructions per round trip" \
+blip_instructions=$((client_instructions + server_instructions))
+echo "callgrind, loopback WebSocket: ${blip_instructions} instructions per round trip" \
     "(client ${client_instructions}, server ${server_instructions})"
+# shellcheck disable=SC2154
+raw_client=$(((client_raw1200 - client_raw200) / 1000))
+# shellcheck disable=SC2154
+raw_server=$(((server_raw1200 - server_raw200) / 1000))
+raw_instructions=$((raw_client + raw_server))
+echo "callgrind, loopback raw WebSocket echo: ${raw_instructions} instructions per round trip" \
+    "(client ${raw_client}, server ${raw_server}); BLIP takes" \
+    "$(awk -v b="$blip_instructions" -v r="$raw_instructions" 'BEGIN { printf "%.2f", b / r }')x"
 if [ -n "${BLIP_CALLGRIND_KEEP:-}" ]; then
     cp "$work"/callgrind.* "$BLIP_CALLGRIND_KEEP"
 fi

@@ -80,6 +80,11 @@ final class InMemoryLink: Sendable {
         var closed = false
         var deliveryScheduled = false
         var pumpScheduled = false
+        /// Delivering on this end's queue: a pump asked for meanwhile runs when the delivery ends, on the
+        /// same queue, rather than as a run of its own.
+        var delivering = false
+        /// The last pump stopped at a full inbox on the other end: that end's next delivery resumes it.
+        var waitingForRoom = false
         /// A close this end asked for, done on its queue after what was scheduled before it.
         var pendingClose: BLIPCloseReason?
         /// An empty frame buffer the last pump did not use.
@@ -152,7 +157,7 @@ final class InMemoryLink: Sendable {
         let schedule = self.ends.withLockedValue { ends -> Bool in
             guard !ends[side].pumpScheduled else { return false }
             ends[side].pumpScheduled = true
-            return true
+            return !ends[side].delivering
         }
         if schedule { self.schedule(side, Work.pump) }
     }
@@ -180,8 +185,14 @@ final class InMemoryLink: Sendable {
         // A buffer that nothing was written into is kept for the next pump: most pumps find nothing to send,
         // and each new buffer costs two allocations.
         var spare = self.ends.withLockedValue { $0[side].spareFrame.take() }
-        while self.ends.withLockedValue({
-            !$0[side].closed && (untilDone || $0[other].inbox.count < BLIPInMemoryTransport.framesInFlight)
+        while self.ends.withLockedValue({ ends in
+            guard !ends[side].closed else { return false }
+            guard untilDone || ends[other].inbox.count < BLIPInMemoryTransport.framesInFlight else {
+                // Set under the lock that saw the inbox full, so that the delivery emptying it sees it.
+                ends[side].waitingForRoom = true
+                return false
+            }
+            return true
         }) {
             var frame = spare.take() ?? Self.allocator.buffer(capacity: Self.initialFrameCapacity)
             let pulled = sink.pullFrame(into: &frame)
@@ -201,15 +212,25 @@ final class InMemoryLink: Sendable {
     private func deliver(_ side: Int) {
         let other = 1 - side
         var delivered = false
+        var pumpAsked = false
+        var roomFreed = false
         while true {
             let next = self.ends.withLockedValue { ends -> (BLIPTransportSink, ByteBuffer)? in
                 guard !ends[side].closed, !ends[side].readingPaused, let sink = ends[side].sink,
                     let frame = ends[side].inbox.popFirst()
                 else {
                     // Cleared under the same lock that saw nothing to deliver: a frame appended from now on
-                    // schedules a new delivery instead of waiting for this one.
+                    // schedules a new delivery instead of waiting for this one; a pump asked for from now on
+                    // schedules its own run.
                     ends[side].deliveryScheduled = false
+                    ends[side].delivering = false
+                    pumpAsked = ends[side].pumpScheduled
                     return nil
+                }
+                ends[side].delivering = true
+                if ends[other].waitingForRoom {
+                    ends[other].waitingForRoom = false
+                    roomFreed = true
                 }
                 return (sink, frame)
             }
@@ -228,10 +249,8 @@ final class InMemoryLink: Sendable {
             sink?.closed(closedByPeer)
             return
         }
-        if delivered {
-            self.pump(side)
-            self.schedulePump(other)  // room freed in this inbox
-        }
+        if delivered || pumpAsked { self.pump(side) }
+        if roomFreed { self.schedulePump(other) }
     }
 
     /// Closes `side` on its queue, after sending the replies its connection finishes after a fatal error,

@@ -65,6 +65,8 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Compress bulk data.") var compressed = false
     @Option(help: "Bulk direction: up (to sink) or down (from source).") var direction: Direction?
     @Flag(help: "Also run the raw WebSocket shapes and print ratios to them.") var baseline = false
+    /// For instruction counts (.ci/callgrind.sh): the raw task-shape echo alone, as the figure to divide by.
+    @Flag(name: .customLong("raw-only"), help: .hidden) var rawOnly = false
     @Option(
         help: """
             rt, pipelined and bulk: also run each workload through this URL (a relay such as `blip proxy` in \
@@ -131,6 +133,9 @@ struct BenchCommand: AsyncParsableCommand {
         }
         if self.via != nil && self.startsServer {
             throw ValidationError("--via needs the server's URL (the relay's upstream), not --self")
+        }
+        if self.rawOnly && (self.workload != .rt || self.baseline || self.runsRounds) {
+            throw ValidationError("--raw-only runs the rt workload alone, without --baseline, --via or --rounds")
         }
         if self.runsRounds {
             guard [.rt, .pipelined, .bulk, .all].contains(self.workload) else {

@@ -77,7 +77,17 @@ struct BenchRunner {
             let measure = { (runner: BenchRunner) in
                 try await runner.roundTrips(count: count, concurrency: 1, warmUp: 1000, size: smallSize, name: "rt")
             }
-            if self.options.runsRounds {
+            if self.options.rawOnly {
+                self.report(
+                    try await self.rawRoundTrips(
+                        count: count,
+                        concurrency: 1,
+                        warmUp: 1000,
+                        size: smallSize,
+                        name: "raw-rt"
+                    )
+                )
+            } else if self.options.runsRounds {
                 try await self.reportRounds(measure)
             } else {
                 var result = try await measure(self)

@@ -288,8 +288,8 @@ struct HummingbirdMountTests {
                     to: server.url("/db/_blipsync"),
                     configuration: clientConfiguration()
                 ) { connection in
-                    let slow = Task { try await connection.sendRequest(BLIPRequest(profile: "slow")) }
-                    // Answered after the server has `slow` (frames are read in order).
+                    let slow = connection.enqueueRequest(BLIPRequest(profile: "slow"))
+                    // Queued after `slow`, so answered after the server has it (frames are read in order).
                     _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "before"))
                     await server.group.triggerGracefulShutdown()
                     let refusal = try await eventuallyThrown(BLIPError.self) {
@@ -297,7 +297,7 @@ struct HummingbirdMountTests {
                     }
                     #expect(refusal?.code == .busy)
                     gate.open()
-                    let answer = String(buffer: try await slow.value.body)
+                    let answer = String(buffer: try await slow.reply().body)
                     reply.withLockedValue { $0 = answer }
                     try await Task.sleep(for: .seconds(60))  // until the server closes the session
                 }

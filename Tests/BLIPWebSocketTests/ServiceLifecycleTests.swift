@@ -60,8 +60,8 @@ struct ServiceLifecycleTests {
             let ended = await Self.sessionEnd {
                 try await BLIPWebSocketClient.connect(to: url, configuration: Self.clientConfiguration()) {
                     connection in
-                    let slow = Task { try await connection.sendRequest(BLIPRequest(profile: "slow")) }
-                    // Answered after the server has `slow` (frames are read in order).
+                    let slow = connection.enqueueRequest(BLIPRequest(profile: "slow"))
+                    // Queued after `slow`, so answered after the server has it (frames are read in order).
                     _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "before"))
 
                     trigger.triggerGracefulShutdown()
@@ -78,7 +78,7 @@ struct ServiceLifecycleTests {
                     #expect(server.openConnectionCount == 1)
 
                     gate.open()
-                    let answer = String(buffer: try await slow.value.body)
+                    let answer = String(buffer: try await slow.reply().body)
                     reply.withLockedValue { $0 = answer }
                     try await Task.sleep(for: .seconds(60))  // until the server closes the session
                 }
@@ -101,10 +101,10 @@ struct ServiceLifecycleTests {
                 to: "ws://127.0.0.1:\(server.port)/",
                 configuration: Self.clientConfiguration()
             ) { connection in
-                let slow = Task { try await connection.sendRequest(BLIPRequest(profile: "slow")) }
+                let slow = connection.enqueueRequest(BLIPRequest(profile: "slow"))
                 _ = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "before"))
                 running.cancel()
-                await #expect(throws: BLIPConnectionError.self) { try await slow.value }
+                await #expect(throws: BLIPConnectionError.self) { try await slow.reply() }
                 try await Task.sleep(for: .seconds(60))
             }
         }
