@@ -9,18 +9,12 @@ extension BLIPConnection {
     @discardableResult
     package func run(scope: (@Sendable (BLIPConnection) async throws -> Void)?) async -> BLIPCloseStatus {
         guard let scope else { return await self.run() }
-        return await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                do {
-                    try await scope(self)
-                } catch {
-                    await self.scopeFailed(error)
-                }
+        return await self.core.run {
+            do {
+                try await scope(self)
+            } catch {
+                await self.scopeFailed(error)
             }
-            let status = await self.run()
-            group.cancelAll()
-            await group.waitForAll()
-            return status
         }
     }
 

@@ -309,16 +309,21 @@ public final class BLIPWebSocketServer: Sendable {
                 let scope = onConnection.map { onConnection in
                     { @Sendable (_: BLIPConnection) async throws in try await onConnection(accepted) }
                 }
+                let age = self.configuration.maximumConnectionAge
+                let idle = self.configuration.idleTimeout
                 group.addTask {
-                    await withTaskGroup(of: Void.self) { timers in
-                        if let age = self.configuration.maximumConnectionAge {
-                            timers.addTask { await self.close(connection, after: age) }
-                        }
-                        if let idle = self.configuration.idleTimeout {
-                            timers.addTask { await self.closeWhenIdle(connection, idleTimeout: idle) }
-                        }
+                    if age == nil && idle == nil {
+                        // No timers: no group for them (memory per idle connection).
                         await connection.run(scope: scope)
-                        timers.cancelAll()
+                    } else {
+                        await withTaskGroup(of: Void.self) { timers in
+                            if let age { timers.addTask { await self.close(connection, after: age) } }
+                            if let idle {
+                                timers.addTask { await self.closeWhenIdle(connection, idleTimeout: idle) }
+                            }
+                            await connection.run(scope: scope)
+                            timers.cancelAll()
+                        }
                     }
                     _ = self.connections.withLockedValue { $0.open.remove(connection) }
                 }

@@ -331,9 +331,12 @@ final class ConnectionCore: Sendable {
     // MARK: - Lifecycle
 
     /// Runs handlers until the connection closes; handlers (and streamed reply bodies) still running then
-    /// are cancelled, since their replies can no longer be sent.
-    func run() async -> BLIPCloseStatus {
+    /// are cancelled, since their replies can no longer be sent. `scope`, the application's own work for
+    /// the connection, runs as one more child, cancelled with them: one task group per connection, not
+    /// two (an idle server connection's memory is mostly its tasks and groups).
+    func run(scope: (@Sendable () async -> Void)? = nil) async -> BLIPCloseStatus {
         await withDiscardingTaskGroup { group in
+            if let scope { group.addTask { await scope() } }
             for await job in self.work {
                 switch job {
                 case .handlers(let first):
