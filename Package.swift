@@ -168,6 +168,7 @@ let package = Package(
             dependencies: [
                 "BLIP", "BLIPEngine", "BLIPWire", "BLIPTestSupport", nioCore, nioLocks, logging, tracing,
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -1,4 +1,5 @@
 internal import BLIPEngine
+internal import NIOConcurrencyHelpers
 
 /// Called once with a request's reply, or with why there is none (see
 /// ``BLIPConnection/sendRequest(_:timeout:progress:onReply:)``).
@@ -47,11 +48,18 @@ extension BLIPConnection {
             }
         }
         let timeout = timeout ?? core.configuration.requestTimeout
-        let timer = timeout.map { _ in ReplyTimer() }
+        // Set once the request is queued (it has no handle before): the timer starts then.
+        let expiry = NIOLockedValueBox<(id: BLIPOutgoingID, error: BLIPConnectionError)?>(nil)
+        let timer = timeout.map { _ in
+            RequestTimer {
+                guard let (id, error) = expiry.withLockedValue({ $0 }) else { return }
+                core.cancelReply(to: id, with: error)
+            }
+        }
         if let timer {
             let untimed = handler
             handler = { result in
-                timer.ended()
+                timer.stop()
                 untimed(result)
             }
         }
@@ -61,8 +69,8 @@ extension BLIPConnection {
             onReply: handler
         )
         if let id, let timer, let timeout {
-            let error = Self.timedOut(request, after: timeout)
-            timer.start(timeout) { core.cancelReply(to: id, with: error) }
+            expiry.withLockedValue { $0 = (id, Self.timedOut(request, after: timeout)) }
+            timer.start(timeout, on: core.loopIsolation?.eventLoop)
         }
         return BLIPPendingReply(core: core, id: id)
     }

@@ -132,10 +132,10 @@ public struct BLIPConnection: Sendable, Hashable {
     ) async throws -> BLIPResponse {
         let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
         guard let tracer = self.core.requestTracer else {
-            return try await self.timedSendRequest(request, timeout: timeout, progress: reporter)
+            return try await self.core.sendRequest(request, timeout: timeout, progress: reporter)
         }
         return try await tracer.traceSent(request, facts: .sent(request), replySize: \.tracedSize) { request in
-            try await self.timedSendRequest(request, timeout: timeout, progress: reporter)
+            try await self.core.sendRequest(request, timeout: timeout, progress: reporter)
         }
     }
 
@@ -156,13 +156,13 @@ public struct BLIPConnection: Sendable, Hashable {
     ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
         let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
         guard let tracer = self.core.requestTracer else {
-            return try await self.timedSendRequest(request, body: body, timeout: timeout, progress: reporter)
+            return try await self.core.sendRequest(request, body: body, timeout: timeout, progress: reporter)
         }
         var facts = RequestTracer.RequestFacts.sent(request)
         facts.size = nil
         let sent = ByteCounter()
         return try await tracer.traceSent(request, facts: facts, replySize: \.tracedSize, sentBytes: sent) { request in
-            try await self.timedSendRequest(request, body: sent.counting(body), timeout: timeout, progress: reporter)
+            try await self.core.sendRequest(request, body: sent.counting(body), timeout: timeout, progress: reporter)
         }
     }
 
@@ -181,10 +181,10 @@ public struct BLIPConnection: Sendable, Hashable {
     ) async throws -> BLIPStreamedResponse {
         let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
         guard let tracer = self.core.requestTracer else {
-            return try await self.timedSendRequestStreamingReply(request, timeout: timeout, progress: reporter)
+            return try await self.core.sendRequestStreamingReply(request, timeout: timeout, progress: reporter)
         }
         return try await tracer.traceSent(request, facts: .sent(request)) { request in
-            try await self.timedSendRequestStreamingReply(request, timeout: timeout, progress: reporter)
+            try await self.core.sendRequestStreamingReply(request, timeout: timeout, progress: reporter)
         }
     }
 
@@ -202,12 +202,12 @@ public struct BLIPConnection: Sendable, Hashable {
     ) async throws {
         let reporter = progress.map { ProgressReporter(expectsReply: false, $0) }
         guard let tracer = self.core.requestTracer else {
-            return try await self.timedSendNoReply(request, timeout: timeout, progress: reporter)
+            return try await self.core.sendNoReply(request, timeout: timeout, progress: reporter)
         }
         var facts = RequestTracer.RequestFacts.sent(request)
         facts.expectsReply = false
         try await tracer.traceSent(request, facts: facts) { request in
-            try await self.timedSendNoReply(request, timeout: timeout, progress: reporter)
+            try await self.core.sendNoReply(request, timeout: timeout, progress: reporter)
         }
     }
 

@@ -98,6 +98,8 @@ struct BenchCommand: AsyncParsableCommand {
     var shape: BenchRunner.InMemoryShape?
     @Flag(help: "in-memory: trace every request on both sides with the bootstrapped tracer (a no-op one).")
     var tracing = false
+    @Option(help: "rt, pipelined and in-memory: give every request this timeout, in seconds (what a deadline costs).")
+    var requestTimeout: Double?
     @OptionGroup var reach: ClientReachOptions
     @Flag(
         name: .customLong("warm-up"),

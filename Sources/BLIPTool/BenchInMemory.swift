@@ -28,6 +28,7 @@ extension BenchRunner {
         if self.options.tracing { configuration.tracing = .enabled(propagatesTraceContext: true) }
         let server = BLIPConnection(transport: serverTransport, configuration: configuration, router: router)
         async let serverRun = server.run()
+        configuration.requestTimeout = self.options.requestTimeout.map { .milliseconds($0 * 1000) }
         let traced = self.options.tracing ? "-traced" : ""
         let progress = self.progress
         /// What a run measured, made into a `BenchResult` (which is not `Sendable`) afterwards.

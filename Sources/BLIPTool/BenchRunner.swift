@@ -30,6 +30,7 @@ struct BenchRunner {
         configuration.connection.maximumIncomingMessageSize = 1 << 30
         if self.options.fixedWindow { configuration.connection.sendWindow = .fixed(128_000) }
         configuration.connection.compressionLevel = self.options.compressionLevel
+        configuration.connection.requestTimeout = self.options.requestTimeout.map { .milliseconds($0 * 1000) }
         self.options.reach.apply(to: &configuration)
         return configuration
     }

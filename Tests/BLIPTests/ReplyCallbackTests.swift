@@ -1,6 +1,8 @@
+import Foundation
 import InMemoryTracing
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOEmbedded
 import Testing
 import Tracing
 
@@ -138,21 +140,45 @@ struct ReplyCallbackTests {
         #expect(connection.core.pendingBookkeeping == 0)
     }
 
-    @Test("a reply timer fires once when nothing ends it, and never once the request has ended")
-    func replyTimer() async throws {
+    @Test("a request timer fires once when nothing stops it, and never once stopped, before or after it starts")
+    func requestTimer() async throws {
+        let loop = NIOAsyncTestingEventLoop()
         let fired = NIOLockedValueBox(0)
-        let unended = ReplyTimer()
-        unended.start(.milliseconds(20)) { fired.withLockedValue { $0 += 1 } }
-        let endedAfterStart = ReplyTimer()
-        endedAfterStart.start(.milliseconds(20)) { fired.withLockedValue { $0 += 100 } }
-        endedAfterStart.ended()
-        // A request that failed as it was sent ends before its timer starts.
-        let endedBeforeStart = ReplyTimer()
-        endedBeforeStart.ended()
-        endedBeforeStart.start(.milliseconds(20)) { fired.withLockedValue { $0 += 10_000 } }
-        for _ in 0..<400 where fired.withLockedValue({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
-        try await Task.sleep(for: .milliseconds(100))
+        let unstopped = RequestTimer { fired.withLockedValue { $0 += 1 } }
+        unstopped.start(.milliseconds(20), on: loop)
+        let stoppedAfterStart = RequestTimer { fired.withLockedValue { $0 += 100 } }
+        stoppedAfterStart.start(.milliseconds(20), on: loop)
+        stoppedAfterStart.stop()
+        // A callback request that failed as it was sent ends before its timer starts.
+        let stoppedBeforeStart = RequestTimer { fired.withLockedValue { $0 += 10_000 } }
+        stoppedBeforeStart.stop()
+        stoppedBeforeStart.start(.milliseconds(20), on: loop)
+        await loop.advanceTime(by: .milliseconds(19))
+        #expect(fired.withLockedValue { $0 } == 0)
+        await loop.advanceTime(by: .milliseconds(1))
         #expect(fired.withLockedValue { $0 } == 1)
+        await loop.advanceTime(by: .seconds(1))
+        #expect(fired.withLockedValue { $0 } == 1)
+        #expect(await unstopped.stopAndWait())
+        #expect(await !stoppedAfterStart.stopAndWait())
+        await loop.shutdownGracefully()
+    }
+
+    @Test("stopping a timer whose expiry is running waits for it to return (what it left can then be cleared)")
+    func stopWaitsForExpiry() async throws {
+        let entered = NIOLockedValueBox(false)
+        let returned = NIOLockedValueBox(false)
+        // No event loop: a task that sleeps, as on the in-memory transport.
+        let timer = RequestTimer {
+            entered.withLockedValue { $0 = true }
+            usleep(200_000)
+            returned.withLockedValue { $0 = true }
+        }
+        timer.start(.milliseconds(1), on: nil)
+        for _ in 0..<2_000 where !entered.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(entered.withLockedValue { $0 })
+        #expect(await timer.stopAndWait())
+        #expect(returned.withLockedValue { $0 })
     }
 
     @Test("a callback request that times out fails with timedOut, ends its span so, and leaves nothing")

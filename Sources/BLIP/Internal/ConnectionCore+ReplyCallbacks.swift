@@ -1,5 +1,4 @@
 internal import BLIPEngine
-internal import NIOConcurrencyHelpers
 
 extension ConnectionCore {
     /// Queues a request whose reply, or failure, goes to `onReply` after the lock; returns its handle, or
@@ -42,34 +41,5 @@ extension ConnectionCore {
             self.abandonOutgoing(id, &state, effects: &effects)
         }
         self.perform(&effects)
-    }
-}
-
-/// The timer of one ``BLIPConnection/sendRequest(_:timeout:progress:onReply:)``: a task that sleeps for the
-/// timeout, cancelled as soon as the reply (or failure) comes, so that it holds nothing for long.
-final class ReplyTimer: Sendable {
-    private let state = NIOLockedValueBox<(ended: Bool, task: Task<Void, Never>?)>((false, nil))
-
-    /// Calls `expire` after `timeout`, unless ``ended()`` comes first.
-    func start(_ timeout: Duration, expire: @escaping @Sendable () -> Void) {
-        let task = Task {
-            guard (try? await Task.sleep(for: timeout)) != nil else { return }
-            expire()
-        }
-        let endedAlready = self.state.withLockedValue { state in
-            if !state.ended { state.task = task }
-            return state.ended
-        }
-        if endedAlready { task.cancel() }
-    }
-
-    /// The request has ended: the timer stops.
-    func ended() {
-        let task = self.state.withLockedValue { state in
-            state.ended = true
-            defer { state.task = nil }
-            return state.task
-        }
-        task?.cancel()
     }
 }

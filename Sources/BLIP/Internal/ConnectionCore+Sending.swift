@@ -9,28 +9,38 @@ internal import Synchronization
 extension ConnectionCore {
     // MARK: - Requests
 
-    func sendRequest(_ request: BLIPRequest, progress: ProgressReporter?) async throws -> BLIPResponse {
+    // Every send of a caller that awaits takes a token (what a cancellation or a deadline finds its message
+    // by) and runs within its deadline (ConnectionCore+Deadlines): one path, timed or not.
+
+    func sendRequest(_ request: BLIPRequest, timeout: Duration?, progress: ProgressReporter?) async throws
+        -> BLIPResponse
+    {
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
         let message = self.outgoing(request, body: .buffer(request.body))
-        return try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
-            try await self.awaitReply(message, token: token, progress: progress, started: nil) { .whole($0) }
-        } onCancel: {
-            self.cancel(token: token)
+        return try await self.withDeadline(timeout, token: token, of: request) {
+            try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
+                try await self.awaitReply(message, token: token, progress: progress, started: nil) { .whole($0) }
+            } onCancel: {
+                self.cancel(token: token)
+            }
         }
     }
 
     func sendRequestStreamingReply(
         _ request: BLIPRequest,
+        timeout: Duration?,
         progress: ProgressReporter?
     ) async throws -> BLIPStreamedResponse {
         let message = self.outgoing(request, body: .buffer(request.body), streamsReply: true)
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
-        return try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
-            try await self.awaitReply(message, token: token, progress: progress, started: nil) { .streamed($0) }
-        } onCancel: {
-            self.cancel(token: token)
+        return try await self.withDeadline(timeout, token: token, of: request) {
+            try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
+                try await self.awaitReply(message, token: token, progress: progress, started: nil) { .streamed($0) }
+            } onCancel: {
+                self.cancel(token: token)
+            }
         }
     }
 
@@ -40,12 +50,25 @@ extension ConnectionCore {
     func sendRequest<Body: AsyncSequence & Sendable>(
         _ request: BLIPRequest,
         body: Body,
+        timeout: Duration?,
         progress: ProgressReporter?
     ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
         let message = self.outgoing(request, body: .streamed)
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
-        return try await withTaskCancellationHandler {
+        return try await self.withDeadline(timeout, token: token, of: request) {
+            try await self.awaitReply(message, feeding: body, token: token, progress: progress)
+        }
+    }
+
+    /// Queues a request with a streamed body and waits for its reply while feeding the body.
+    private func awaitReply<Body: AsyncSequence & Sendable>(
+        _ message: BLIPOutgoingMessage,
+        feeding body: Body,
+        token: UInt64,
+        progress: ProgressReporter?
+    ) async throws -> BLIPResponse where Body.Element == ByteBuffer {
+        try await withTaskCancellationHandler {
             try await withThrowingTaskGroup(of: BLIPResponse?.self) { group in
                 let (queued, started) = AsyncStream.makeStream(of: BLIPOutgoingID.self)
                 group.addTask {
@@ -106,10 +129,17 @@ extension ConnectionCore {
         }
     }
 
-    func sendNoReply(_ request: BLIPRequest, progress: ProgressReporter?) async throws {
+    func sendNoReply(_ request: BLIPRequest, timeout: Duration?, progress: ProgressReporter?) async throws {
         let message = self.outgoing(request, body: .buffer(request.body), isNoReply: true)
         let token = self.makeToken()
         defer { self.forgetLateCancellation(of: token) }
+        try await self.withDeadline(timeout, token: token, of: request) {
+            try await self.awaitSent(message, token: token, progress: progress)
+        }
+    }
+
+    /// Queues a no-reply request and waits until its last frame has left.
+    private func awaitSent(_ message: BLIPOutgoingMessage, token: UInt64, progress: ProgressReporter?) async throws {
         try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
             try await withWaiterContinuation { (continuation: WaiterContinuation<Void, any Error>) in
                 var effects = Effects()
@@ -161,7 +191,7 @@ extension ConnectionCore {
     /// token kept to refuse the message: forget it once the call is over. Only a cancelled call pays.
     private func forgetLateCancellation(of token: UInt64) {
         guard Task.isCancelled else { return }
-        self.state.withLockedValue { _ = $0.cancelledTokens.remove(token) }
+        self.forgetCancelledToken(token)
     }
 
     /// Queues a request and waits for its reply. `started` learns the message's handle once queued.
