@@ -211,7 +211,6 @@ final class InMemoryLink: Sendable {
     /// On `side`'s queue: hand received frames to its connection, then let it write (replies, ACKs).
     private func deliver(_ side: Int) {
         let other = 1 - side
-        var delivered = false
         var pumpAsked = false
         var roomFreed = false
         while true {
@@ -236,7 +235,6 @@ final class InMemoryLink: Sendable {
             }
             guard let (sink, frame) = next else { break }
             sink.received(frame)
-            delivered = true
         }
         let (closedByPeer, sink) = self.ends.withLockedValue { ends -> (BLIPCloseStatus?, BLIPTransportSink?) in
             guard ends[side].inbox.isEmpty, let reason = ends[side].peerClosed, !ends[side].closed else {
@@ -249,7 +247,8 @@ final class InMemoryLink: Sendable {
             sink?.closed(closedByPeer)
             return
         }
-        if delivered || pumpAsked { self.pump(side) }
+        // The connection asks for a pump whenever what it read gives it frames to send (ACKs, replies).
+        if pumpAsked { self.pump(side) }
         if roomFreed { self.schedulePump(other) }
     }
 
