@@ -250,7 +250,7 @@ final class ConnectionCore: Sendable {
         logger[metadataKey: "blip.dialect"] = "\(transport.dialect)"
         self.logger = logger
         self.tracesFrames = logger.logLevel <= .trace
-        self.metrics = ConnectionMetrics(dialect: transport.dialect)
+        self.metrics = ConnectionMetrics.forDialect(transport.dialect)
         self.requestTracer = RequestTracer(configuration.tracing)
         let engine = BLIPConnectionEngine(configuration: configuration.engineConfiguration(dialect: transport.dialect))
         self.state = CountingLockedValueBox(State(engine: engine))

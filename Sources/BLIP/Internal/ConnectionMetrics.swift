@@ -1,9 +1,20 @@
 internal import BLIPWire
 internal import CoreMetrics
 
-/// Counters through swift-metrics, created once per connection and bumped per message (bytes per frame),
-/// never per byte; with no metrics backend they cost a no-op call.
+/// Counters through swift-metrics, bumped per message (bytes per frame), never per byte; with no metrics
+/// backend they cost a no-op call. Their labels and dimensions name no connection, so every connection of a
+/// dialect shares one set (``forDialect(_:)``): made once, on the first connection (after the application has
+/// bootstrapped its metrics backend, as swift-metrics asks), not nine objects per connection.
 struct ConnectionMetrics: Sendable {
+    /// One set per dialect, made on first use.
+    private static let shared: [BLIPDialect: ConnectionMetrics] = Dictionary(
+        uniqueKeysWithValues: BLIPDialect.allCases.map { ($0, ConnectionMetrics(dialect: $0)) }
+    )
+
+    static func forDialect(_ dialect: BLIPDialect) -> ConnectionMetrics {
+        Self.shared[dialect] ?? ConnectionMetrics(dialect: dialect)
+    }
+
     let messagesSent: Counter
     let messagesReceived: Counter
     let bytesSent: Counter
@@ -14,7 +25,7 @@ struct ConnectionMetrics: Sendable {
     let protocolErrors: Counter
     let failedRequests: Counter
 
-    init(dialect: BLIPDialect) {
+    private init(dialect: BLIPDialect) {
         let dimensions = [("dialect", dialect.rawValue)]
         self.messagesSent = Counter(label: "blip_messages_sent_total", dimensions: dimensions)
         self.messagesReceived = Counter(label: "blip_messages_received_total", dimensions: dimensions)
