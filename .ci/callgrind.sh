@@ -37,6 +37,12 @@ inMemory() {
 low=$(inMemory rt.200 --count 200)
 high=$(inMemory rt.1200 --count 1200)
 echo "callgrind, in-memory: $(((high - low) / 1000)) instructions per round trip (${low} at 200, ${high} at 1200)"
+# The tool runs Swift concurrency on NIO's event loops (BLIPTool.swift), which saves thread switches where a
+# socket's loop resumes the caller; in memory the pair runs on Dispatch queues and the caller's resumption
+# crosses to a loop. The same count with Swift's own global executor, which an in-process application has:
+low=$(BLIP_CONCURRENCY_ON_EVENT_LOOPS=0 inMemory rt.default.200 --count 200)
+high=$(BLIP_CONCURRENCY_ON_EVENT_LOOPS=0 inMemory rt.default.1200 --count 1200)
+echo "callgrind, in-memory, Swift's default executor: $(((high - low) / 1000)) instructions per round trip"
 low=$(inMemory pipelined.1000 --shape pipelined --count 1000)
 high=$(inMemory pipelined.6000 --shape pipelined --count 6000)
 echo "callgrind, in-memory pipelined-64: $(((high - low) / 5000)) instructions per message"
