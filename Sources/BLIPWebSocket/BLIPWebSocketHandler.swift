@@ -37,9 +37,6 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         /// The largest message accepted, fragments reassembled (larger ones close the connection with 1009).
         var maximumMessageSize: Int
         var logger: Logger
-        /// The frames' payloads come unmasked already, their keys kept to show they were masked
-        /// (``UnmaskingFrameDecoder``, on servers).
-        var payloadsUnmaskedByDecoder = false
     }
 
     /// Room kept before each BLIP frame for the WebSocket header (at most 14 bytes).
@@ -331,13 +328,10 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         }
     }
 
-    /// A frame's payload, unmasked (by the decoder already, or here, word-wide).
+    /// A frame's payload. A server's frames come unmasked from its decoder (``UnmaskingFrameDecoder``, which
+    /// keeps their keys to show they were masked); a client refuses masked ones before it reads any.
     private func payload(of frame: WebSocketFrame) -> ByteBuffer {
-        var payload = frame.data
-        if let key = frame.maskKey, !self.settings.payloadsUnmaskedByDecoder {
-            payload.webSocketMaskWordWide((key[0], key[1], key[2], key[3]))
-        }
-        return payload
+        frame.data
     }
 
     /// A data frame: a whole message, or a fragment of one (RFC 6455 5.4), reassembled here rather than by

@@ -2,7 +2,8 @@ internal import NIOCore
 internal import NIOWebSocket
 
 /// A server's WebSocket frame decoder that unmasks each client frame's payload as it copies it out of the
-/// read buffer, word-wide, in one pass (`payloadsUnmaskedByDecoder` on the handler).
+/// read buffer, word-wide, in one pass: every server's decoder (``BLIPServerUpgrader``), so that the handler
+/// reads payloads as they come.
 ///
 /// NIO's `WebSocketFrameDecoder` hands out a slice of the read buffer, still masked; unmasking that slice
 /// copied it first (the read buffer, and NIO's pool of receive buffers, share its storage), then XORed it:

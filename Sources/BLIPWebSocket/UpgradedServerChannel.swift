@@ -41,8 +41,7 @@ package struct UpgradedServerChannel: Sendable {
                 closeTimeout: self.closeTimeout,
                 frameSize: self.frameSize,
                 maximumMessageSize: self.maximumMessageSize,
-                logger: self.logger,
-                payloadsUnmaskedByDecoder: true  // BLIPServerUpgrader's UnmaskingFrameDecoder
+                logger: self.logger
             )
         }
     }

@@ -24,11 +24,11 @@ struct HandlerTests {
         )
     }
 
-    /// A connected channel: NIO's frame decoder, then our handler.
+    /// A connected channel: a server's frame decoder, then our handler.
     static func channel(_ handler: BLIPWebSocketHandler) throws -> EmbeddedChannel {
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(
-            ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20))
+            ByteToMessageHandler(UnmaskingFrameDecoder(maximumFrameSize: 1 << 20))
         )
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
@@ -249,7 +249,7 @@ struct HandlerTests {
         let channel = NIOAsyncTestingChannel()
         try await channel.testingEventLoop.executeInContext {
             try channel.pipeline.syncOperations.addHandler(
-                ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20))
+                ByteToMessageHandler(UnmaskingFrameDecoder(maximumFrameSize: 1 << 20))
             )
             try channel.pipeline.syncOperations.addHandler(handler)
         }
@@ -337,7 +337,7 @@ struct HandlerTests {
         let channel = EmbeddedChannel()
         try channel.pipeline.syncOperations.addHandler(WebSocketFrameEncoder())
         try channel.pipeline.syncOperations.addHandler(
-            ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 20))
+            ByteToMessageHandler(UnmaskingFrameDecoder(maximumFrameSize: 1 << 20))
         )
         try channel.pipeline.syncOperations.addHandler(handler)
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).wait()
