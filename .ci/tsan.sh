@@ -10,8 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BLIP_SIMULATION_SESSIONS="${BLIP_SIMULATION_SESSIONS:-400}"
-# The seeded sessions of connection pairs likewise: 50 of them here, 200 in the normal test job.
+# The seeded sessions of connection pairs likewise: 50 and 25 of them here, 200 and 100 in the normal test job.
 export BLIP_SERIAL_SESSIONS="${BLIP_SERIAL_SESSIONS:-50}"
+export BLIP_ENDING_SESSIONS="${BLIP_ENDING_SESSIONS:-25}"
 # Tests that check what is skipped outside ThreadSanitizer (ThreadSanitizerPresence) know they run under it.
 export BLIP_UNDER_THREAD_SANITIZER=1
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${BLIP_TSAN_WIDTH:-4}"
