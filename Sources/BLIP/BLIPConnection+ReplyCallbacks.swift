@@ -1,5 +1,4 @@
 internal import BLIPEngine
-internal import NIOConcurrencyHelpers
 
 /// Called once with a request's reply, or with why there is none (see
 /// ``BLIPConnection/sendRequest(_:timeout:progress:onReply:)``).
@@ -48,14 +47,7 @@ extension BLIPConnection {
             }
         }
         let timeout = timeout ?? core.configuration.requestTimeout
-        // Set once the request is queued (it has no handle before): the timer starts then.
-        let expiry = NIOLockedValueBox<(id: BLIPOutgoingID, error: BLIPConnectionError)?>(nil)
-        let timer = timeout.map { _ in
-            RequestTimer {
-                guard let (id, error) = expiry.withLockedValue({ $0 }) else { return }
-                core.cancelReply(to: id, with: error)
-            }
-        }
+        let timer = timeout.map { _ in RequestTimer() }
         if let timer {
             let untimed = handler
             handler = { result in
@@ -68,9 +60,10 @@ extension BLIPConnection {
             progress: progress.map { ProgressReporter(expectsReply: true, $0) },
             onReply: handler
         )
+        // Started once the request is queued: it has no handle before.
         if let id, let timer, let timeout {
-            expiry.withLockedValue { $0 = (id, Self.timedOut(request, after: timeout)) }
-            timer.start(timeout, on: core.loopIsolation?.eventLoop)
+            let error = Self.timedOut(request, after: timeout)
+            timer.start(timeout, on: core.loopIsolation?.eventLoop) { core.cancelReply(to: id, with: error) }
         }
         return BLIPPendingReply(core: core, id: id)
     }

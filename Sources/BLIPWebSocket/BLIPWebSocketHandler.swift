@@ -297,7 +297,8 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         guard frame.reservedBits.isEmpty else {
             return self.failProtocol(.protocolError, "reserved bits set")
         }
-        // Clients mask every frame, servers none (RFC 6455 5.1): checked frame by frame, fragments too.
+        // Clients mask every frame, servers none (RFC 6455 5.1): checked frame by frame, fragments too. A
+        // server's payloads come unmasked from its decoder (UnmaskingFrameDecoder, which keeps the keys).
         switch (self.settings.role, frame.maskKey) {
         case (.server, nil): return self.failProtocol(.protocolError, "unmasked frame from a client")
         case (.client, .some): return self.failProtocol(.protocolError, "masked frame from a server")
@@ -313,9 +314,9 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
             guard !self.sentClose else { return }
             if self.pongsThisBatch < Self.pongsPerBatch {
                 self.pongsThisBatch += 1
-                self.write(.pong, self.payload(of: frame), context: context)
+                self.write(.pong, frame.data, context: context)
             } else {
-                self.pendingPong = self.payload(of: frame)
+                self.pendingPong = frame.data
             }
         case .pong:
             self.awaitingPong = false
@@ -328,18 +329,12 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         }
     }
 
-    /// A frame's payload. A server's frames come unmasked from its decoder (``UnmaskingFrameDecoder``, which
-    /// keeps their keys to show they were masked); a client refuses masked ones before it reads any.
-    private func payload(of frame: WebSocketFrame) -> ByteBuffer {
-        frame.data
-    }
-
     /// A data frame: a whole message, or a fragment of one (RFC 6455 5.4), reassembled here rather than by
     /// NIO's aggregator so that every fragment is checked (reserved bits, mask, UTF-8 as it arrives) and a
     /// message may come in any number of fragments, as long as it fits ``Settings/maximumMessageSize``.
     private func receivedData(_ frame: WebSocketFrame) {
         guard !self.sentClose else { return }  // closing: the peer's data is dropped
-        var payload = self.payload(of: frame)
+        var payload = frame.data
         let isText: Bool
         var message: ByteBuffer
         if frame.opcode == .continuation {
@@ -483,7 +478,7 @@ final class BLIPWebSocketHandler: ChannelInboundHandler {
         // What the messages before the close produced (replies, echoes) goes out before the answering close.
         self.pump()
         self.receivedClose = true
-        var data = self.payload(of: frame)
+        var data = frame.data
         var code = WebSocketErrorCode.normalClosure
         var reason = ""
         if data.readableBytes == 1 {

@@ -9,16 +9,16 @@ extension ConnectionCore {
     ///
     /// The deadline is a timer on the connection's event loop (``RequestTimer``), stopped when the send ends:
     /// no task or task group per timed request.
-    func withDeadline<Result>(
+    func withDeadline<Value>(
         _ timeout: Duration?,
         token: UInt64,
         of request: BLIPRequest,
-        _ send: nonisolated(nonsending) () async throws -> Result
-    ) async throws -> Result {
+        _ send: nonisolated(nonsending) () async throws -> Value
+    ) async throws -> Value {
         guard let timeout = timeout ?? self.configuration.requestTimeout else { return try await send() }
-        let timer = RequestTimer { self.cancel(token: token) }
-        timer.start(timeout, on: self.loopIsolation?.eventLoop)
-        let outcome: Swift.Result<Result, any Error>
+        let timer = RequestTimer()
+        timer.start(timeout, on: self.loopIsolation?.eventLoop) { self.cancel(token: token) }
+        let outcome: Result<Value, any Error>
         do {
             outcome = .success(try await send())
         } catch {

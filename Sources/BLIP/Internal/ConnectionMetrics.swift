@@ -6,13 +6,17 @@ internal import CoreMetrics
 /// dialect shares one set (``forDialect(_:)``): made once, on the first connection (after the application has
 /// bootstrapped its metrics backend, as swift-metrics asks), not nine objects per connection.
 struct ConnectionMetrics: Sendable {
-    /// One set per dialect, made on first use.
-    private static let shared: [BLIPDialect: ConnectionMetrics] = Dictionary(
-        uniqueKeysWithValues: BLIPDialect.allCases.map { ($0, ConnectionMetrics(dialect: $0)) }
-    )
+    /// One set per dialect, each made on first use.
+    private static let blip3 = ConnectionMetrics(dialect: .blip3)
+    private static let blip2 = ConnectionMetrics(dialect: .blip2)
+    private static let seed = ConnectionMetrics(dialect: .seed)
 
     static func forDialect(_ dialect: BLIPDialect) -> ConnectionMetrics {
-        Self.shared[dialect] ?? ConnectionMetrics(dialect: dialect)
+        switch dialect {
+        case .blip3: Self.blip3
+        case .blip2: Self.blip2
+        case .seed: Self.seed
+        }
     }
 
     let messagesSent: Counter

@@ -1,7 +1,8 @@
 internal import NIOConcurrencyHelpers
 internal import NIOCore
 
-/// A request's deadline: calls `expire` once, when its time has run out, unless ``stop()`` came first.
+/// A request's deadline: calls the `expire` given to ``start(_:on:expire:)`` once, when its time has run out,
+/// unless ``stop()`` came first.
 ///
 /// On a connection with an event loop (a WebSocket) it is a task scheduled there: a timed request costs a
 /// heap entry, not a Swift task and a task group. Elsewhere (the in-memory transport) it is a task that
@@ -30,22 +31,17 @@ final class RequestTimer: Sendable {
     }
 
     private let state = NIOLockedValueBox(State())
-    private let expire: @Sendable () -> Void
-
-    init(expire: @escaping @Sendable () -> Void) {
-        self.expire = expire
-    }
 
     /// Starts counting `timeout`, on `eventLoop` if there is one. A timer stopped already does not start.
-    func start(_ timeout: Duration, on eventLoop: (any EventLoop)?) {
+    func start(_ timeout: Duration, on eventLoop: (any EventLoop)?, expire: @escaping @Sendable () -> Void) {
         let pending: Pending
         if let eventLoop {
-            pending = .scheduled(eventLoop.scheduleTask(in: Self.timeAmount(timeout)) { self.fire() })
+            pending = .scheduled(eventLoop.scheduleTask(in: Self.timeAmount(timeout)) { self.fire(expire) })
         } else {
             pending = .task(
                 Task {
                     guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                    self.fire()
+                    self.fire(expire)
                 }
             )
         }
@@ -86,7 +82,7 @@ final class RequestTimer: Sendable {
         return self.state.withLockedValue { $0.fired }
     }
 
-    private func fire() {
+    private func fire(_ expire: @Sendable () -> Void) {
         let fires = self.state.withLockedValue { state -> Bool in
             guard !state.stopped, !state.fired else { return false }
             state.fired = true
@@ -94,7 +90,7 @@ final class RequestTimer: Sendable {
             return true
         }
         guard fires else { return }
-        self.expire()
+        expire()
         let stopper = self.state.withLockedValue { state -> CheckedContinuation<Void, Never>? in
             state.firing = false
             state.pending = nil
