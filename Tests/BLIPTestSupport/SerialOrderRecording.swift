@@ -80,8 +80,13 @@ extension OrderLog {
     /// A serial router whose handlers (`record`, `record-sync`, `record-stream`) record each request's `Seq`
     /// property and number here.
     public func serialRouter() -> BLIPRouter {
+        self.router(order: .serial)
+    }
+
+    /// ``serialRouter()``'s handlers, in `order`.
+    public func router(order: BLIPRouter.HandlerOrder) -> BLIPRouter {
         let log = self
-        var router = BLIPRouter(handlerOrder: .serial)
+        var router = BLIPRouter(handlerOrder: order)
         router.register(profile: "record") { request, context in
             log.enter(request, context)
             await Task.yield()

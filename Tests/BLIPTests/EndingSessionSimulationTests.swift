@@ -126,30 +126,6 @@ struct EndingSessionSimulationTests {
         }
     }
 
-    static func router(_ log: OrderLog, serial: Bool) -> BLIPRouter {
-        guard !serial else { return log.serialRouter() }
-        var router = BLIPRouter(handlerOrder: .concurrent)
-        router.register(profile: "record") { request, context in
-            log.enter(request, context)
-            await Task.yield()
-            log.leave()
-            return BLIPResponse(text: request.properties["Seq"] ?? "")
-        }
-        router.registerSynchronous(profile: "record-sync") { request, context in
-            log.enter(request, context)
-            log.leave()
-            return BLIPResponse(text: request.properties["Seq"] ?? "")
-        }
-        router.registerStreaming(profile: "record-stream") { request, context in
-            log.enter(BLIPRequest(properties: request.properties), context)
-            var total = 0
-            for try await piece in request.body { total += piece.readableBytes }
-            log.leave()
-            return BLIPResponse(text: "\(total)")
-        }
-        return router
-    }
-
     /// Plays one session; returns what went wrong (nothing, when it kept every promise), and `tally` with its
     /// endings counted in.
     static func run(_ plan: Plan, tally: [String: Int]) async throws -> ([String], [String: Int]) {
@@ -159,7 +135,7 @@ struct EndingSessionSimulationTests {
         configuration.incomingBufferHardLimit = plan.budget * 2
         let peers = InMemoryPeers(
             dialect: plan.dialect,
-            router: Self.router(log, serial: plan.serial),
+            router: log.router(order: plan.serial ? .serial : .concurrent),
             serverConfiguration: configuration
         )
         let endings = Endings()

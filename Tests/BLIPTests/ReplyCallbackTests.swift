@@ -144,15 +144,15 @@ struct ReplyCallbackTests {
     func requestTimer() async throws {
         let loop = NIOAsyncTestingEventLoop()
         let fired = NIOLockedValueBox(0)
-        let unstopped = RequestTimer { fired.withLockedValue { $0 += 1 } }
-        unstopped.start(.milliseconds(20), on: loop)
-        let stoppedAfterStart = RequestTimer { fired.withLockedValue { $0 += 100 } }
-        stoppedAfterStart.start(.milliseconds(20), on: loop)
+        let unstopped = RequestTimer()
+        unstopped.start(.milliseconds(20), on: loop) { fired.withLockedValue { $0 += 1 } }
+        let stoppedAfterStart = RequestTimer()
+        stoppedAfterStart.start(.milliseconds(20), on: loop) { fired.withLockedValue { $0 += 100 } }
         stoppedAfterStart.stop()
         // A callback request that failed as it was sent ends before its timer starts.
-        let stoppedBeforeStart = RequestTimer { fired.withLockedValue { $0 += 10_000 } }
+        let stoppedBeforeStart = RequestTimer()
         stoppedBeforeStart.stop()
-        stoppedBeforeStart.start(.milliseconds(20), on: loop)
+        stoppedBeforeStart.start(.milliseconds(20), on: loop) { fired.withLockedValue { $0 += 10_000 } }
         await loop.advanceTime(by: .milliseconds(19))
         #expect(fired.withLockedValue { $0 } == 0)
         await loop.advanceTime(by: .milliseconds(1))
@@ -169,12 +169,12 @@ struct ReplyCallbackTests {
         let entered = NIOLockedValueBox(false)
         let returned = NIOLockedValueBox(false)
         // No event loop: a task that sleeps, as on the in-memory transport.
-        let timer = RequestTimer {
+        let timer = RequestTimer()
+        timer.start(.milliseconds(1), on: nil) {
             entered.withLockedValue { $0 = true }
             usleep(200_000)
             returned.withLockedValue { $0 = true }
         }
-        timer.start(.milliseconds(1), on: nil)
         for _ in 0..<2_000 where !entered.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
         #expect(entered.withLockedValue { $0 })
         #expect(await timer.stopAndWait())

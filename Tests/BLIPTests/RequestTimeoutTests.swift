@@ -1,5 +1,5 @@
+import BLIPTestSupport
 import NIOCore
-import Synchronization
 import Testing
 
 @testable import BLIP
@@ -7,20 +7,9 @@ import Testing
 /// Per-request timeouts: a typed error, then the cancellation rules; never two outcomes.
 @Suite("Request timeouts", .timeLimit(.minutes(3)))
 struct RequestTimeoutTests {
-    /// Lets the `slow` handler answer.
-    final class Release: Sendable {
-        let flag = Atomic<Bool>(false)
-        func open() { self.flag.store(true, ordering: .releasing) }
-        var isOpen: Bool { self.flag.load(ordering: .acquiring) }
-    }
-
     static func slowRouter(release: Release) -> BLIPRouter {
         var router = standardRouter()
-        router.register(profile: "slow") { request, _ in
-            // Answers once released (bounded: 20 s at most).
-            for _ in 0..<4_000 where !release.isOpen { try await Task.sleep(for: .milliseconds(5)) }
-            return BLIPResponse(text: "late")
-        }
+        router.registerSlow(until: release)
         return router
     }
 

@@ -1,7 +1,7 @@
+import BLIPTestSupport
 import BLIPWebSocket
 import NIOConcurrencyHelpers
 import NIOCore
-import Synchronization
 import Testing
 
 @testable import BLIP
@@ -11,20 +11,9 @@ import Testing
 /// `.timedOut`, and leaves nothing behind.
 @Suite("Request deadlines on a WebSocket connection", .timeLimit(.minutes(2)))
 struct DeadlineOverSocketTests {
-    /// Lets the `slow` handler answer.
-    final class Release: Sendable {
-        let flag = Atomic<Bool>(false)
-        func open() { self.flag.store(true, ordering: .releasing) }
-        var isOpen: Bool { self.flag.load(ordering: .acquiring) }
-    }
-
     static func router(release: Release) -> BLIPRouter {
         var router = standardRouter()
-        router.register(profile: "slow") { _, _ in
-            // Answers once released (bounded: 20 s at most).
-            for _ in 0..<4_000 where !release.isOpen { try await Task.sleep(for: .milliseconds(5)) }
-            return BLIPResponse(text: "late")
-        }
+        router.registerSlow(until: release)
         return router
     }
 

@@ -1,3 +1,4 @@
+import BLIPTestSupport
 import NIOCore
 import NIOEmbedded
 import NIOWebSocket
@@ -70,7 +71,7 @@ struct UnmaskingFrameDecoderTests {
 
     @Test("random frames split at random points: the same frames as NIO's decoder, unmasked", arguments: 0..<20)
     func sameFramesAsNIO(seed: UInt64) throws {
-        var random = SplitMix(seed: seed)
+        var random = SeededRandom(seed: seed &* 0x9E37_79B9_7F4A_7C15 &+ 1)
         var stream: [UInt8] = []
         for _ in 0..<40 {
             let control = random.next() % 5 == 0
@@ -151,19 +152,4 @@ final class FrameCollector: ChannelInboundHandler, @unchecked Sendable {
 /// A handler that passes everything on: the decoder's place in the pipeline.
 final class Entry: ChannelInboundHandler, Sendable {
     typealias InboundIn = WebSocketFrame
-}
-
-/// A small seeded generator, so that a failing case can be run again.
-struct SplitMix {
-    var state: UInt64
-
-    init(seed: UInt64) { self.state = seed &* 0x9E37_79B9_7F4A_7C15 &+ 1 }
-
-    mutating func next() -> UInt64 {
-        self.state &+= 0x9E37_79B9_7F4A_7C15
-        var z = self.state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
