@@ -87,7 +87,7 @@ let package = Package(
         ),
         .target(
             name: "BLIPPeerHarness",
-            dependencies: ["BLIPEngine", "BLIPWire", nioCore, deque],
+            dependencies: ["BLIP", "BLIPEngine", "BLIPWire", nioCore, deque],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -143,7 +143,7 @@ let package = Package(
         // libFuzzer entry points; a normal build replays the corpus (see Docs/Testing.md).
         .executableTarget(
             name: "BLIPFuzz",
-            dependencies: ["BLIPWire", "BLIPEngine", nioCore, deque],
+            dependencies: ["BLIPWire", "BLIPEngine", "BLIPPeerHarness", "BLIP", nioCore, deque],
             swiftSettings: swiftSettings
         ),
         // Test helpers shared by the test targets (a gate for handlers, a bounded poll).
@@ -166,7 +166,8 @@ let package = Package(
         .testTarget(
             name: "BLIPTests",
             dependencies: [
-                "BLIP", "BLIPEngine", "BLIPWire", "BLIPTestSupport", nioCore, nioLocks, logging, tracing,
+                "BLIP", "BLIPEngine", "BLIPPeerHarness", "BLIPWire", "BLIPTestSupport", nioCore, nioLocks, logging,
+                tracing,
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the fuzz targets (frames, engine, properties) under libFuzzer with AddressSanitizer, in parallel,
+# Runs the fuzz targets (frames, engine, properties, connection) under libFuzzer with AddressSanitizer, in parallel,
 # each for BLIP_FUZZ_SECONDS (default 60), starting from the seed corpus and the saved regressions.
 # Long local runs: BLIP_FUZZ_SECONDS=3600 bash .ci/fuzz.sh (the working corpus in reports/fuzz/<target>
 # grows across runs; promote useful finds into Fixtures/fuzz/corpus, crashes into Fixtures/fuzz/regressions).
@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${BLIP_FUZZ_SECONDS:-60}"
-targets="${BLIP_FUZZ_TARGETS:-frames engine properties}"
+targets="${BLIP_FUZZ_TARGETS:-frames engine properties connection}"
 work="${BLIP_FUZZ_WORK:-$PWD/reports/fuzz}"
 seed="${BLIP_FUZZ_SEED:-1}"
 

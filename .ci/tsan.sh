@@ -13,6 +13,8 @@ export BLIP_SIMULATION_SESSIONS="${BLIP_SIMULATION_SESSIONS:-400}"
 # The seeded sessions of connection pairs likewise: 50 and 25 of them here, 200 and 100 in the normal test job.
 export BLIP_SERIAL_SESSIONS="${BLIP_SERIAL_SESSIONS:-50}"
 export BLIP_ENDING_SESSIONS="${BLIP_ENDING_SESSIONS:-25}"
+# The stepped connection pairs run on one thread (no races to find in them): 100 here, 10 000 in the normal job.
+export BLIP_PAIR_SESSIONS="${BLIP_PAIR_SESSIONS:-100}"
 # Tests that check what is skipped outside ThreadSanitizer (ThreadSanitizerPresence) know they run under it.
 export BLIP_UNDER_THREAD_SANITIZER=1
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${BLIP_TSAN_WIDTH:-4}"

@@ -7,11 +7,14 @@
   engine      scripts for the engine target (see Sources/BLIPFuzz/EngineTarget.swift for the opcodes):
               ordinary exchanges in each dialect, and the captured client frames fed to the engine as a
               server would receive them.
+  connection  choices for the connection-pair session (Sources/BLIPPeerHarness/ConnectionPairSimulation.swift):
+              any bytes make a session, so the seeds are seeded random runs of several lengths.
 
 Run from anywhere: python3 Fixtures/fuzz/make-corpus.py
 """
 import json
 import os
+import random
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -113,7 +116,15 @@ def engine_corpus():
         write("engine", f"{capture}-{entry}", bytes([DIALECTS[dialect], 0]) + script + pump(PUMP_LOCAL))
 
 
+def connection_corpus():
+    generator = random.Random(43)
+    for index in range(12):
+        size = generator.choice([64, 200, 600, 1500, 3000])
+        write("connection", f"seed-{index:02d}", bytes(generator.randrange(256) for _ in range(size)))
+
+
 if __name__ == "__main__":
     frames_corpus()
     properties_corpus()
     engine_corpus()
+    connection_corpus()

@@ -92,8 +92,7 @@ extension ConnectionCore {
         await self.handOffThatCannotFail { (continuation: WaiterContinuation<BLIPIncomingRequest?, Never>) in
             var effects = Effects()
             self.state.withLockedValue { state in
-                if let request = state.unhandled.popFirst() {
-                    self.updateReading(&state, effects: &effects)
+                if let request = self.popUnhandled(&state, effects: &effects) {
                     effects.later { continuation.resume(returning: request) }
                 } else if state.isClosed || state.unhandledWaiter != nil {
                     effects.later { continuation.resume(returning: nil) }  // closed, or one reader at a time
@@ -103,6 +102,21 @@ extension ConnectionCore {
             }
             self.perform(&effects)
         }
+    }
+
+    /// Takes the oldest request no handler took, if any, without waiting (``BLIPSteppedConnection``).
+    func takeUnhandledRequest() -> BLIPIncomingRequest? {
+        var effects = Effects()
+        let request = self.state.withLockedValue { self.popUnhandled(&$0, effects: &effects) }
+        self.perform(&effects)
+        return request
+    }
+
+    /// The oldest request waiting in the incoming-request buffer; taking it may let reading resume.
+    private func popUnhandled(_ state: inout State, effects: inout Effects) -> BLIPIncomingRequest? {
+        guard let request = state.unhandled.popFirst() else { return nil }
+        self.updateReading(&state, effects: &effects)
+        return request
     }
 
     /// Bytes held for the peer were let go of outside any other operation.

@@ -17,6 +17,9 @@ package final class SharedBufferBudget: Sendable {
     /// Connections paused for this budget, to be told when there is room again.
     private let waiting = NIOLockedValueBox<[ObjectIdentifier: @Sendable () -> Void]>([:])
     private let waiters = Atomic<Bool>(false)
+    /// The one connection let on past its share though the budget is exceeded (0: none), by
+    /// ``connectionKey(_:)``: see ``exempt(_:)``.
+    private let exemptConnection = Atomic<UInt>(0)
 
     /// Whether a connection waits for room: what a release asks before scheduling a wake. Sequentially
     /// consistent with the total: a waiter stores this and then reads the total, a release changes the total
@@ -50,9 +53,44 @@ package final class SharedBufferBudget: Sendable {
         self.waiting.withLockedValue { $0[id] = nil }
     }
 
+    /// Whether connection `id`, over its share but holding only messages still arriving (nothing it holds
+    /// can be freed without reading on), may read on: one such connection at a time. Pausing every one of
+    /// them would leave them all waiting for each other, since none could finish a message; the one let on
+    /// finishes its messages (its peer is still held to its own budget by ACKs), and the total can fall.
+    func exempt(_ id: ObjectIdentifier) -> Bool {
+        let key = Self.connectionKey(id)
+        let (exchanged, current) = self.exemptConnection.compareExchange(
+            expected: 0,
+            desired: key,
+            ordering: .sequentiallyConsistent
+        )
+        return exchanged || current == key
+    }
+
+    /// Connection `id` no longer reads on past its share: the waiting connections decide again, so that
+    /// another may take its place.
+    func endExemption(_ id: ObjectIdentifier) {
+        let key = Self.connectionKey(id)
+        guard
+            self.exemptConnection.compareExchange(expected: key, desired: 0, ordering: .sequentiallyConsistent)
+                .exchanged
+        else { return }
+        self.wakeAll()
+    }
+
+    private static func connectionKey(_ id: ObjectIdentifier) -> UInt {
+        UInt(bitPattern: id)
+    }
+
     /// Tells the waiting connections, if the total is within the limit. Called with no lock held.
     func wakeIfRoom() {
         guard self.hasWaiters, !self.isExceeded else { return }
+        self.wakeAll()
+    }
+
+    /// Tells every waiting connection to decide again. Called with no lock held.
+    private func wakeAll() {
+        guard self.hasWaiters else { return }
         let wakes = self.waiting.withLockedValue { waiting -> [@Sendable () -> Void] in
             defer {
                 waiting.removeAll()

@@ -5,12 +5,14 @@ enum FuzzTarget: String, CaseIterable {
     case frames
     case engine
     case properties
+    case connection
 
     func run(_ data: UnsafeRawBufferPointer) throws(FuzzFailure) {
         switch self {
         case .frames: try FrameSequenceTarget.run(data)
         case .engine: try EngineTarget.run(data)
         case .properties: try PropertiesTarget.run(data)
+        case .connection: try ConnectionPairTarget.run(data)
         }
     }
 

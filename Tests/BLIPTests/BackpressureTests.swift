@@ -133,6 +133,51 @@ struct BackpressureTests {
         }
     }
 
+    /// Found by the stepped connection-pair sessions: the first frame fits, the last takes the body past
+    /// the limit. The engine had already finished the message, so refusing it there did nothing, and the
+    /// request was never answered (its caller waited until its deadline; the engine kept it unanswered).
+    @Test("a whole body that passes the budget with its last frame is refused with 413")
+    func wholeBodyOverTheBudgetInItsLastFrame() async throws {
+        let peers = InMemoryPeers(router: standardRouter(), serverConfiguration: Self.budget(20_000))
+        try await peers.run { connection in
+            let error = await #expect(throws: BLIPError.self) {
+                _ = try await connection.sendRequest(
+                    BLIPRequest(profile: "echo", body: pattern(30_000)),
+                    timeout: .seconds(10)
+                )
+            }
+            #expect(error?.code == .payloadTooLarge)
+            let reply = try await connection.sendRequest(BLIPRequest(profile: "echo", text: "after"))
+            #expect(String(buffer: reply.body) == "after")
+        }
+    }
+
+    /// Found by the stepped connection-pair sessions: past a shared budget, every connection holding more
+    /// than its share paused, even one whose bytes were all of messages still arriving. Two of them then
+    /// waited for each other for ever: neither could finish a message without reading.
+    @Test("connections sharing a budget, each past its share with messages still arriving, all finish")
+    func sharedBudgetNeverWedgesEveryConnection() async throws {
+        var configuration = BLIPConnection.Configuration()
+        configuration.sharedBudget = SharedBufferBudget(limit: 64 << 10)
+        let pairs = (0..<3).map { _ in InMemoryPeers(router: standardRouter(), serverConfiguration: configuration) }
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for peers in pairs {
+                group.addTask {
+                    try await peers.run { connection in
+                        try await connection.sendRequest(
+                            BLIPRequest(profile: "echo", body: pattern(400_000)),
+                            timeout: .seconds(10)
+                        ).body.readableBytes
+                    }
+                }
+            }
+            for try await length in group { #expect(length == 400_000) }
+        }
+        #expect(configuration.sharedBudget?.bytes == 0)
+        // The budget was exceeded and connections paused for it: the case under test happened.
+        #expect(pairs.contains { $0.serverConnection.statistics.readPausesForSharedBudget > 0 })
+    }
+
     @Test("a whole reply larger than the budget fails its request with messageTooLarge")
     func wholeReplyOverTheBudget() async throws {
         let peers = InMemoryPeers(router: standardRouter())

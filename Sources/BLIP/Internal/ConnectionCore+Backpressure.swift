@@ -37,14 +37,23 @@ extension ConnectionCore {
 
     /// While the shared budget is exceeded, a connection holding more than its share stops reading, even
     /// where that holds its own handlers up (the other connections are what it protects); it is told when
-    /// the total is back within the limit, and then goes on by the usual rules.
+    /// the total is back within the limit, and then goes on by the usual rules. One connection whose bytes
+    /// are all of messages still arriving reads on (``SharedBufferBudget/exempt(_:)``): paused, none of
+    /// those could ever finish.
     private func updateSharedBudgetPause(_ shared: SharedBufferBudget, _ state: inout State, effects: inout Effects) {
-        let pause = shared.isExceeded && self.bufferedBytes(state) > shared.share
+        var pause = shared.isExceeded && self.bufferedBytes(state) > shared.share
+        let id = ObjectIdentifier(self)
+        if pause && self.releasableBytes(state) <= 0 && shared.exempt(id) {
+            pause = false
+            state.isExemptFromSharedBudget = true
+        } else if state.isExemptFromSharedBudget {
+            state.isExemptFromSharedBudget = false
+            effects.later { shared.endExemption(id) }
+        }
         guard pause != state.pausedForSharedBudget else { return }
         state.pausedForSharedBudget = pause
         guard pause else { return }
         state.statistics.readPausesForSharedBudget += 1
-        let id = ObjectIdentifier(self)
         // Held until woken or closed (closing stops the wait), so a paused connection is never forgotten.
         effects.later { shared.wait(id) { self.sharedBudgetHasRoom() } }
     }

@@ -64,7 +64,7 @@ extension ConnectionCore {
     /// Nothing in flight either way, no handler running or waiting, and no request of the peer's that owes
     /// a reply (the engine counts those from their first frame until their reply is queued, including the
     /// ones handed to the application as ``BLIPIncomingRequest``).
-    private static func isQuiet(_ state: State) -> Bool {
+    static func isQuiet(_ state: State) -> Bool {
         state.engine.outgoingCount == 0 && state.engine.awaitingReplyCount == 0 && state.engine.incomingCount == 0
             && state.runningHandlers == 0 && state.pendingWork.isEmpty && state.order.isEmpty
             && state.engine.unansweredCount == 0

@@ -125,7 +125,7 @@ extension ConnectionCore {
 
     /// A handler is done: its request's bytes (`charge`) no longer count, and the next waiting request takes
     /// its slot (returned), or the slot is free.
-    private func handlerFinished(charge: Int, _ state: inout State, effects: inout Effects) -> Work? {
+    func handlerFinished(charge: Int, _ state: inout State, effects: inout Effects) -> Work? {
         self.release(charge, &state, effects: &effects)
         guard !state.isClosed, let next = state.pendingWork.popFirst() else {
             state.runningHandlers -= 1

@@ -100,7 +100,7 @@ extension ConnectionCore {
         guard let inbound = state.inbound.removeValue(forKey: id) else { return }
         switch consume inbound {
         case .request(var assembly, let route):
-            guard self.grow(&assembly, id, with: body, &state, effects: &effects) else {
+            guard self.grow(&assembly, id, with: body, isComplete: isComplete, &state, effects: &effects) else {
                 self.settledInOrder(id.number, &state, effects: &effects)
                 return
             }
@@ -119,7 +119,7 @@ extension ConnectionCore {
                 state.inbound[id] = .request(assembly, route: route)
             }
         case .reply(var assembly, let waiter):
-            guard self.grow(&assembly, id, with: body, &state, effects: &effects) else {
+            guard self.grow(&assembly, id, with: body, isComplete: isComplete, &state, effects: &effects) else {
                 self.progressFailed(reply: id, &state, effects: &effects)
                 Self.fail(waiter, state.closeError ?? self.tooLargeError(id), effects: &effects)
                 return
@@ -139,12 +139,14 @@ extension ConnectionCore {
         }
     }
 
-    /// Appends a piece to a whole message being assembled. Returns false if the message grew too large to
-    /// be held (it is refused and drained; a request is answered ERR BLIP/413) or the connection failed.
+    /// Appends a piece to a whole message being assembled (`isComplete`: its last). Returns false if the
+    /// message grew too large to be held (it is refused and the rest drained; a request is answered ERR
+    /// BLIP/413) or the connection failed.
     private func grow(
         _ assembly: inout Assembly,
         _ id: BLIPIncomingID,
         with body: ByteBuffer,
+        isComplete: Bool,
         _ state: inout State,
         effects: inout Effects
     ) -> Bool {
@@ -153,7 +155,13 @@ extension ConnectionCore {
         guard assembly.body.readableBytes + count <= self.wholeBodyLimit else {
             self.assemblyEnded(id, assembly, &state)
             self.release(assembly.charge, &state, effects: &effects)
-            self.refuse(id, &state, effects: &effects)
+            if isComplete {
+                // The engine has finished the message: there is nothing left to drain, and it would not
+                // answer it. A request is answered here.
+                if id.isRequest { self.answerTooLarge(assembly.message, &state, effects: &effects) }
+            } else {
+                self.refuse(id, &state, effects: &effects)
+            }
             return false
         }
         assembly.body.writeBuffer(&body)

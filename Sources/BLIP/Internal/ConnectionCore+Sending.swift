@@ -363,7 +363,7 @@ extension ConnectionCore {
                 properties: response.properties,
                 isCompressed: response.isCompressed
             )
-            self.workContinuation.yield(.streamedReply(head, body))
+            self.schedule(.streamedReply(head, body))
             if let andThen {
                 var effects = Effects()
                 self.state.withLockedValue { andThen(&$0, &effects) }

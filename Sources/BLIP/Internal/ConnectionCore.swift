@@ -39,6 +39,9 @@ final class ConnectionCore: Sendable {
     /// What ``run()`` starts tasks for: handlers, and the bodies of streamed replies.
     let work: AsyncStream<Job>
     let workContinuation: AsyncStream<Job>.Continuation
+    /// Where jobs go instead, when a harness steps the connection without tasks (``BLIPSteppedConnection``);
+    /// nil for a running connection.
+    let jobSink: (@Sendable (Job) -> Void)?
 
     enum Job: Sendable {
         /// Runs handlers in one slot, starting with this request's.
@@ -141,6 +144,8 @@ final class ConnectionCore: Sendable {
         var pausedForReplies = false
         /// Paused while the shared budget is exceeded and this connection holds more than its share.
         var pausedForSharedBudget = false
+        /// Reading on past its share of the exceeded shared budget (``SharedBufferBudget/exempt(_:)``).
+        var isExemptFromSharedBudget = false
         var readingPaused = false
         /// Bumped at each change of `readingPaused` (see ``ConnectionCore/applyReadingToTransport()``).
         var readingVersion = 0
@@ -238,8 +243,10 @@ final class ConnectionCore: Sendable {
         configuration: BLIPConnection.Configuration,
         router: BLIPRouter,
         logger: Logger,
-        identity: (any Sendable)? = nil
+        identity: (any Sendable)? = nil,
+        jobSink: (@Sendable (Job) -> Void)? = nil
     ) {
+        self.jobSink = jobSink
         self.transport = transport
         self.loopIsolation = (transport.taskExecutor as? any EventLoopBound).map { EventLoopIsolation($0.eventLoop) }
         self.identity = identity
@@ -270,7 +277,7 @@ final class ConnectionCore: Sendable {
             if let idleTask = effects.idleTask {
                 idleTask.resume(returning: work)
             } else {
-                self.workContinuation.yield(.handlers(startingWith: work))
+                self.schedule(.handlers(startingWith: work))
             }
         }
         for action in effects.deferred { action() }
@@ -284,6 +291,11 @@ final class ConnectionCore: Sendable {
         }
         if let immediate = effects.immediate.take() { self.handleImmediately(immediate) }
         if self.drainIsWaiting.load(ordering: .relaxed) { self.resumeDrainWaitersIfQuiet() }
+    }
+
+    /// Hands a job to ``run()``'s task group (or to the harness stepping the connection).
+    func schedule(_ job: Job) {
+        if let jobSink = self.jobSink { jobSink(job) } else { self.workContinuation.yield(job) }
     }
 
     /// Tells the transport to read or not, as the state says now. Two threads can decide opposite changes
@@ -493,7 +505,11 @@ final class ConnectionCore: Sendable {
             shared.subtract(state.buffered)
             shared.connectionClosed()
             shared.stopWaiting(ObjectIdentifier(self))
-            effects.later { shared.wakeIfRoom() }
+            let id = ObjectIdentifier(self)
+            effects.later {
+                shared.endExemption(id)
+                shared.wakeIfRoom()
+            }
         }
         state.buffered = 0
         state.assembling = 0
