@@ -12,12 +12,26 @@ package import NIOCore
 /// connection asked to be written, delivering one only while reading is not paused), runs the handlers it
 /// is handed when it likes, and carries out closes. One thread steps a connection at a time.
 package final class BLIPSteppedConnection: @unchecked Sendable {
-    /// A handler the connection started (profile ``heldProfile``), running until the harness finishes it.
+    /// A handler the connection started (profiles ``heldProfile`` and ``streamingProfile``), running until
+    /// the harness finishes it.
     package struct HandlerCall: Sendable {
+        /// The request; a streamed one's body is empty here, and read with ``readBody(of:)``.
         package let request: BLIPRequest
         package let number: UInt64
         package let expectsReply: Bool
+        package var isStreamed: Bool { self.stream != nil }
         fileprivate let charge: Int
+        /// A streamed request, kept while its handler runs: dropping it lets go of its body stream.
+        fileprivate let stream: BLIPStreamedRequest?
+    }
+
+    /// What reading a streamed request's body without waiting found.
+    package enum BodyRead: Sendable {
+        case piece(ByteBuffer)
+        case end
+        case failed(any Error)
+        /// Nothing has arrived since the last read.
+        case nothingYet
     }
 
     /// A request the harness sent; the handle to cancel it by.
@@ -27,6 +41,8 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
 
     /// Requests with this profile start a handler the harness finishes (``finishHandler(_:with:)``).
     package static let heldProfile = "held"
+    /// Requests with this profile start a handler given the body as a stream, read with ``readBody(of:)``.
+    package static let streamingProfile = "streaming"
     /// Requests with this profile are answered at once, where they arrive, by a synchronous handler
     /// echoing their properties and body.
     package static let echoProfile = "echo"
@@ -54,6 +70,9 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
         router.register(profile: Self.heldProfile) { _, _ in
             preconditionFailure("a stepped connection's handlers are run by its harness")
         }
+        router.registerStreaming(profile: Self.streamingProfile) { _, _ in
+            preconditionFailure("a stepped connection's handlers are run by its harness")
+        }
         router.registerSynchronous(profile: Self.echoProfile) { request, context in
             jobs.started.append(context.requestNumber)
             return BLIPResponse(properties: request.properties, body: request.body)
@@ -75,9 +94,15 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
 
     // MARK: - The application's side
 
-    /// Sends a request whose reply (or failure) goes to `onReply`, once; nil if it failed at once.
-    package func send(_ request: BLIPRequest, onReply: @escaping BLIPReplyHandler) -> SentRequest? {
-        self.core.sendRequest(request, progress: nil, onReply: onReply).map(SentRequest.init)
+    /// Sends a request whose reply (or failure) goes to `onReply`, once, and its progress to `progress`;
+    /// nil if it failed at once.
+    package func send(
+        _ request: BLIPRequest,
+        progress: BLIPProgressHandler? = nil,
+        onReply: @escaping BLIPReplyHandler
+    ) -> SentRequest? {
+        let reporter = progress.map { ProgressReporter(expectsReply: true, $0) }
+        return self.core.sendRequest(request, progress: reporter, onReply: onReply).map(SentRequest.init)
     }
 
     /// Queues a no-reply request; false if it failed at once (the connection is closed).
@@ -97,6 +122,23 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
     /// Gives up a request, as a cancelled caller does.
     package func cancel(_ request: SentRequest) {
         self.core.cancelReply(to: request.id, with: CancellationError())
+        self.collectJobs()
+    }
+
+    /// Reads what has arrived of a streamed request's body, as its handler's body stream would.
+    package func readBody(of call: HandlerCall) -> BodyRead {
+        defer { self.collectJobs() }
+        switch self.core.takeReadyChunk(of: BLIPIncomingID(isRequest: true, number: call.number)) {
+        case .success(let piece?): return .piece(piece)
+        case .success(nil): return .end
+        case .failure(let error): return .failed(error)
+        case nil: return .nothingYet
+        }
+    }
+
+    /// Gives up a request whose time ran out, as its deadline's timer does.
+    package func timeOut(_ request: SentRequest) {
+        self.core.cancelReply(to: request.id, with: BLIPConnectionError(.timedOut, "no reply within its deadline"))
         self.collectJobs()
     }
 
@@ -208,12 +250,33 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
         for job in jobs {
             switch job {
             case .handlers(let work):
-                guard case .handle(let request, let number, let expectsReply, let charge, _) = work else {
-                    preconditionFailure("a stepped connection registers no streaming handlers")
+                switch work {
+                case .handle(let request, let number, let expectsReply, let charge, _):
+                    self.runningCalls.append(
+                        HandlerCall(
+                            request: request,
+                            number: number,
+                            expectsReply: expectsReply,
+                            charge: charge,
+                            stream: nil
+                        )
+                    )
+                case .handleStreaming(let streamed, let number, let expectsReply, _):
+                    let request = BLIPRequest(
+                        properties: streamed.properties,
+                        urgent: streamed.isUrgent,
+                        compressed: streamed.isCompressed
+                    )
+                    self.runningCalls.append(
+                        HandlerCall(
+                            request: request,
+                            number: number,
+                            expectsReply: expectsReply,
+                            charge: 0,
+                            stream: streamed
+                        )
+                    )
                 }
-                self.runningCalls.append(
-                    HandlerCall(request: request, number: number, expectsReply: expectsReply, charge: charge)
-                )
             case .streamedReply:
                 preconditionFailure("a stepped connection's handlers reply whole")
             }
@@ -227,7 +290,11 @@ private final class JobInbox: @unchecked Sendable {
     var started: [UInt64] = []
 
     func take(_ job: ConnectionCore.Job) {
-        if case .handlers(.handle(_, let number, _, _, _)) = job { self.started.append(number) }
+        switch job {
+        case .handlers(.handle(_, let number, _, _, _)), .handlers(.handleStreaming(_, let number, _, _)):
+            self.started.append(number)
+        case .streamedReply: break
+        }
         self.pending.append(job)
     }
 }

@@ -35,6 +35,8 @@ package struct ConnectionPairSimulation {
         package var readPauses = 0
         package var busyRefusals = 0
         package var gracefulCloses = 0
+        /// Replies from streamed handlers that read their whole body.
+        package var streamedWhole = 0
         /// How the session ended: "settled", "closed by client", "closed by server", "link cut".
         package var ending = ""
 
@@ -47,7 +49,8 @@ package struct ConnectionPairSimulation {
                 "\(self.dialect): \(self.steps) steps, \(self.requests) requests (\(self.noReplyRequests) no-reply), "
                 + "\(self.replies) replies, \(self.errorReplies) ERR, \(self.connectionErrors) connection errors, "
                 + "\(self.cancelled) cancelled, \(self.framesMoved) frames, \(self.readPauses) read pauses, "
-                + "\(self.busyRefusals) busy, \(self.gracefulCloses) graceful closes, \(self.ending) - \(outcome)"
+                + "\(self.busyRefusals) busy, \(self.gracefulCloses) graceful closes, \(self.streamedWhole) streamed "
+                + "bodies read whole, \(self.ending) - \(outcome)"
         }
     }
 
@@ -79,6 +82,9 @@ private final class SentRecord: @unchecked Sendable {
     var handle: BLIPSteppedConnection.SentRequest?
     var endings: [Result<BLIPResponse, any Error>] = []
     var cancelled = false
+    var timedOut = false
+    /// Its progress reports, if it asked for them.
+    var progress: [BLIPMessageProgress]?
     /// The connection was closing (or the link cut) when it ended.
     var endedWhileClosing = false
 
@@ -106,6 +112,8 @@ private final class PairSide {
     var isWritable = true
     /// A graceful close's drain has begun: once quiet, the side closes.
     var isDraining = false
+    /// What streamed handlers have read of their request bodies, by request number, and whether to the end.
+    var streamedBodies: [UInt64: (body: ByteBuffer, isWhole: Bool)] = [:]
 
     init(
         name: String,
@@ -199,8 +207,9 @@ private final class ConnectionPairSession: @unchecked Sendable {
         case 0..<22: self.send(from: side, &choices)
         case 22..<50: self.pull(side)
         case 50..<76: self.deliver(to: side, count: 1 + choices.pick(3))
-        case 76..<86: self.finishHandler(on: side, &choices)
-        case 86..<92: self.answerUnhandled(on: side, &choices)
+        case 76..<84: self.finishHandler(on: side, &choices)
+        case 84..<88: self.readStreamedBody(on: side, &choices)
+        case 88..<92: self.answerUnhandled(on: side, &choices)
         case 92..<96: self.cancel(from: side, &choices)
         case 96:
             if choices.chance(25) {
@@ -223,7 +232,7 @@ private final class ConnectionPairSession: @unchecked Sendable {
     private func send(from side: PairSide, _ choices: inout some ConnectionPairChoices) {
         let profile = choices.one(of: [
             BLIPSteppedConnection.heldProfile, BLIPSteppedConnection.heldProfile, BLIPSteppedConnection.echoProfile,
-            "unknown",
+            BLIPSteppedConnection.streamingProfile, "unknown",
         ])
         let size = choices.chance(80) ? choices.pick(3_000) : choices.pick(40_000)
         let tag = "\(side.name)-\(self.nextTag)"
@@ -247,7 +256,12 @@ private final class ConnectionPairSession: @unchecked Sendable {
             return
         }
         side.sent.append(record)
-        record.handle = side.connection.send(request) { [weak self] result in
+        var progress: BLIPProgressHandler?
+        if choices.chance(50) {
+            record.progress = []
+            progress = { record.progress?.append($0) }
+        }
+        record.handle = side.connection.send(request, progress: progress) { [weak self] result in
             record.endings.append(result)
             record.endedWhileClosing = self?.isClosing ?? true
         }
@@ -279,16 +293,62 @@ private final class ConnectionPairSession: @unchecked Sendable {
         let running = side.connection.running
         guard !running.isEmpty else { return }
         let call = running[choices.pick(running.count)]
+        self.finish(call, on: side, withError: choices.chance(15))
+    }
+
+    /// Ends a handler: its reply echoes the request's tag and what it read of the body (a streamed
+    /// handler's reply says whether that was all of it), or it answers ERR 400 with the tag.
+    private func finish(_ call: BLIPSteppedConnection.HandlerCall, on side: PairSide, withError: Bool) {
         let tag = call.request.properties["Tag"] ?? ""
         self.log("\(side.name) finishes #\(call.number) (\(tag))")
-        if choices.chance(85) {
-            side.connection.finishHandler(
-                call,
-                with: .success(BLIPResponse(properties: ["Tag": tag], body: call.request.body))
-            )
-        } else {
-            side.connection.finishHandler(call, with: .failure(BLIPError(code: .badRequest, message: tag)))
+        var reply = BLIPResponse(properties: ["Tag": tag], body: call.request.body)
+        if call.isStreamed {
+            let read = side.streamedBodies.removeValue(forKey: call.number)
+            reply.body = read?.body ?? ByteBuffer()
+            reply.properties["Whole"] = read?.isWhole == true ? "yes" : "no"
         }
+        if withError {
+            side.connection.finishHandler(call, with: .failure(BLIPError(code: .badRequest, message: tag)))
+        } else {
+            side.connection.finishHandler(call, with: .success(reply))
+        }
+    }
+
+    /// A streamed handler reads what has arrived of its body (all of it, or one piece). Returns whether it
+    /// read anything.
+    @discardableResult
+    private func readStreamedBody(
+        _ call: BLIPSteppedConnection.HandlerCall,
+        on side: PairSide,
+        all: Bool
+    ) -> Bool {
+        var read = side.streamedBodies[call.number] ?? (ByteBuffer(), false)
+        var progressed = false
+        while !read.isWhole {
+            switch side.connection.readBody(of: call) {
+            case .piece(var piece):
+                read.body.writeBuffer(&piece)
+                progressed = true
+            case .end:
+                read.isWhole = true
+                progressed = true
+            case .failed(let error):
+                self.violation("\(side.name)'s streamed request #\(call.number) failed while open: \(error)")
+                read.isWhole = true
+            case .nothingYet:
+                side.streamedBodies[call.number] = read
+                return progressed
+            }
+            if !all { break }
+        }
+        side.streamedBodies[call.number] = read
+        return progressed
+    }
+
+    private func readStreamedBody(on side: PairSide, _ choices: inout some ConnectionPairChoices) {
+        let streamed = side.connection.running.filter(\.isStreamed)
+        guard !streamed.isEmpty else { return }
+        self.readStreamedBody(streamed[choices.pick(streamed.count)], on: side, all: choices.chance(50))
     }
 
     private func answerUnhandled(on side: PairSide, _ choices: inout some ConnectionPairChoices) {
@@ -307,9 +367,15 @@ private final class ConnectionPairSession: @unchecked Sendable {
         let open = side.sent.filter { $0.endings.isEmpty && $0.handle != nil }
         guard !open.isEmpty else { return }
         let record = open[choices.pick(open.count)]
-        record.cancelled = true
-        self.log("cancel \(record.tag)")
-        side.connection.cancel(record.handle!)
+        if choices.chance(50) {
+            record.cancelled = true
+            self.log("cancel \(record.tag)")
+            side.connection.cancel(record.handle!)
+        } else {
+            record.timedOut = true
+            self.log("\(record.tag) times out")
+            side.connection.timeOut(record.handle!)
+        }
     }
 
     // MARK: - Closing
@@ -360,6 +426,7 @@ private final class ConnectionPairSession: @unchecked Sendable {
             }
             side.inbox.removeAll()
             side.unhandled.removeAll()
+            side.streamedBodies.removeAll()
             while side.connection.takeUnhandledRequest() != nil {}
         }
     }
@@ -373,13 +440,13 @@ private final class ConnectionPairSession: @unchecked Sendable {
             var moved = false
             for side in self.sides {
                 for call in side.connection.running {
+                    // A streamed handler reads to its body's end before it replies, as far as frames have come.
+                    if call.isStreamed {
+                        if self.readStreamedBody(call, on: side, all: true) { moved = true }
+                        guard side.streamedBodies[call.number]?.isWhole == true else { continue }
+                    }
                     moved = true
-                    self.log("settling: \(side.name) finishes #\(call.number)")
-                    let tag = call.request.properties["Tag"] ?? ""
-                    side.connection.finishHandler(
-                        call,
-                        with: .success(BLIPResponse(properties: ["Tag": tag], body: call.request.body))
-                    )
+                    self.finish(call, on: side, withError: false)
                 }
                 while let request = side.connection.takeUnhandledRequest() { side.unhandled.append(request) }
                 for request in side.unhandled where request.expectsReply {
@@ -401,7 +468,13 @@ private final class ConnectionPairSession: @unchecked Sendable {
             }
             self.completeRequestedCloses()
             self.check()
-            if !moved || self.isClosed { break }
+            if self.isClosed { break }
+            if !moved {
+                // Streamed handlers still waiting for the rest of their bodies: reply with what they have.
+                let waiting = self.sides.flatMap { side in side.connection.running.map { (side, $0) } }
+                if waiting.isEmpty { break }
+                for (side, call) in waiting { self.finish(call, on: side, withError: false) }
+            }
         }
     }
 
@@ -486,13 +559,38 @@ private final class ConnectionPairSession: @unchecked Sendable {
         }
     }
 
+    /// Progress reports come in order, growing, with exactly one final state, last: complete if the reply
+    /// (or an ERR) arrived whole, else failed.
+    private func checkProgress(_ record: SentRecord, _ ending: Result<BLIPResponse, any Error>) {
+        guard let reports = record.progress else { return }
+        let states = reports.map(\.state)
+        let arrivedWhole: Bool
+        switch ending {
+        case .success: arrivedWhole = true
+        case .failure(let error): arrivedWhole = error is BLIPError
+        }
+        let grows = zip(reports, reports.dropFirst()).allSatisfy { earlier, later in
+            earlier.state <= later.state && earlier.bytesSent <= later.bytesSent
+                && earlier.replyBytesReceived <= later.replyBytesReceived
+        }
+        if !grows || states.filter(\.isFinal).count != 1 || states.last != (arrivedWhole ? .complete : .failed) {
+            self.violation("\(record.tag)'s progress, ending \(ending): \(states)")
+        }
+    }
+
     private func checkEnding(_ record: SentRecord, _ ending: Result<BLIPResponse, any Error>, side: PairSide) {
+        self.checkProgress(record, ending)
         let peer = self.peer(of: side)
         let size = record.body.readableBytes
         switch ending {
         case .success(let response):
             self.report.replies += 1
-            if response.properties["Tag"] != record.tag || response.body != record.body {
+            if response.properties["Whole"] == "yes" { self.report.streamedWhole += 1 }
+            let body = response.body.readableBytesView
+            let matches =
+                response.properties["Whole"] == "no"
+                ? record.body.readableBytesView.starts(with: body) : response.body == record.body
+            if response.properties["Tag"] != record.tag || !matches {
                 self.violation("\(record.tag) got the reply to \(response.properties["Tag"] ?? "another request")")
             }
         case .failure(let error as BLIPError):
@@ -517,7 +615,8 @@ private final class ConnectionPairSession: @unchecked Sendable {
         case .failure(let error as BLIPConnectionError):
             self.report.connectionErrors += 1
             let replyTooLarge = error.code == .messageTooLarge && size > side.wholeBodyLimit
-            if !record.endedWhileClosing && !replyTooLarge {
+            let timedOut = error.code == .timedOut && record.timedOut
+            if !record.endedWhileClosing && !replyTooLarge && !timedOut {
                 self.violation("\(record.tag) failed while open: \(error)")
             }
         case .failure(let error):

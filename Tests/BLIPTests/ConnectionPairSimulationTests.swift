@@ -33,6 +33,7 @@ struct ConnectionPairSimulationTests {
             totals.busyRefusals += report.busyRefusals
             totals.framesMoved += report.framesMoved
             totals.gracefulCloses += report.gracefulCloses
+            totals.streamedWhole += report.streamedWhole
         }
         #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
         print(
@@ -48,6 +49,7 @@ struct ConnectionPairSimulationTests {
         #expect(totals.busyRefusals > 0)
         #expect(totals.connectionErrors > 0)
         #expect(totals.gracefulCloses > 0)
+        #expect(totals.streamedWhole > 0)
     }
 }
 

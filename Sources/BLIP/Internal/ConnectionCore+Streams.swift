@@ -101,6 +101,15 @@ extension ConnectionCore {
         return piece
     }
 
+    /// The next piece of a body stream if one is there, without waiting (``BLIPSteppedConnection``): a
+    /// piece, `.success(nil)` at the end, the stream's failure, or nil while nothing has arrived.
+    func takeReadyChunk(of id: BLIPIncomingID) -> Result<ByteBuffer?, any Error>? {
+        var effects = Effects()
+        let ready = self.state.withLockedValue { state in self.takeReady(id, &state, effects: &effects) }
+        self.perform(&effects)
+        return ready
+    }
+
     /// What a reader gets without waiting: a kept piece (now consumed), the end, the stream's failure, or
     /// `alreadyReading` while another reader waits; nil if it has to wait.
     private func takeReady(
