@@ -1,6 +1,5 @@
 import BLIPPeerHarness
 import BLIPWire
-import Dispatch
 import Foundation
 import Testing
 
@@ -12,11 +11,8 @@ import Testing
 struct SimulationTests {
     static let sessionCount =
         ProcessInfo.processInfo.environment["BLIP_SIMULATION_SESSIONS"].flatMap(Int.init) ?? 10_000
+    /// Every shard's sessions run on the simulations' queue (SimulationQueue), one shard after another.
     static let shardCount = 40
-    /// Every shard's sessions run here, one shard after another: at most one core, and never a thread of
-    /// Swift's cooperative pool. Run on that pool, the shards filled it, and the socket tests beside them
-    /// waited for a thread past their time limits on a loaded machine.
-    static let queue = DispatchQueue(label: "BLIPSessionSimulation")
 
     @Test("every session keeps every invariant", arguments: 0..<shardCount)
     func sessions(shard: Int) async {
@@ -31,17 +27,15 @@ struct SimulationTests {
         }
         let perShard = max(1, Self.sessionCount / Self.shardCount)
         let seeds = (shard * perShard)..<((shard + 1) * perShard)
-        let failures = await withCheckedContinuation { continuation in
-            Self.queue.async {
-                var failures: [String] = []
-                for seed in seeds {
-                    let report = BLIPSessionSimulation.run(.init(seed: UInt64(seed)))
-                    if !report.violations.isEmpty {
-                        failures.append("replay with BLIP_SIMULATION_SEED=\(seed): \(report)")
-                    }
+        let failures = await SimulationQueue.run {
+            var failures: [String] = []
+            for seed in seeds {
+                let report = BLIPSessionSimulation.run(.init(seed: UInt64(seed)))
+                if !report.violations.isEmpty {
+                    failures.append("replay with BLIP_SIMULATION_SEED=\(seed): \(report)")
                 }
-                continuation.resume(returning: failures)
             }
+            return failures
         }
         // Recorded here, in the test's task: Swift Testing attributes an issue to the test running it.
         for failure in failures {

@@ -12,29 +12,54 @@ struct ConnectionPairSimulationTests {
     static let sessions = Int(ProcessInfo.processInfo.environment["BLIP_PAIR_SESSIONS"] ?? "") ?? 10_000
     static let firstSeed = UInt64(ProcessInfo.processInfo.environment["BLIP_PAIR_FIRST_SEED"] ?? "") ?? 1
 
-    @Test("every session keeps the invariants, and the sessions reach every ending")
-    func sessions() {
+    /// What a run of sessions found.
+    struct Outcome: Sendable {
+        var failures: [String] = []
         var endings: [String: Int] = [:]
         var totals = ConnectionPairSimulation.Report()
-        var failures: [String] = []
-        for seed in Self.firstSeed..<(Self.firstSeed + UInt64(Self.sessions)) {
-            let report = ConnectionPairSimulation.run(seed: seed)
-            if !report.violations.isEmpty {
-                failures.append("seed \(seed): \(report)")
-                if failures.count >= 5 { break }
-            }
-            endings[report.ending, default: 0] += 1
-            totals.requests += report.requests
-            totals.replies += report.replies
-            totals.errorReplies += report.errorReplies
-            totals.connectionErrors += report.connectionErrors
-            totals.cancelled += report.cancelled
-            totals.readPauses += report.readPauses
-            totals.busyRefusals += report.busyRefusals
-            totals.framesMoved += report.framesMoved
-            totals.gracefulCloses += report.gracefulCloses
-            totals.streamedWhole += report.streamedWhole
+
+        mutating func add(_ other: Outcome) {
+            self.failures += other.failures
+            self.endings.merge(other.endings, uniquingKeysWith: +)
+            self.totals.requests += other.totals.requests
+            self.totals.replies += other.totals.replies
+            self.totals.errorReplies += other.totals.errorReplies
+            self.totals.connectionErrors += other.totals.connectionErrors
+            self.totals.cancelled += other.totals.cancelled
+            self.totals.readPauses += other.totals.readPauses
+            self.totals.busyRefusals += other.totals.busyRefusals
+            self.totals.framesMoved += other.totals.framesMoved
+            self.totals.gracefulCloses += other.totals.gracefulCloses
+            self.totals.streamedWhole += other.totals.streamedWhole
         }
+
+        static func run(seeds: Range<UInt64>) -> Outcome {
+            var outcome = Outcome()
+            for seed in seeds {
+                let report = ConnectionPairSimulation.run(seed: seed)
+                if !report.violations.isEmpty { outcome.failures.append("seed \(seed): \(report)") }
+                var one = Outcome()
+                one.endings[report.ending] = 1
+                one.totals = report
+                outcome.add(one)
+            }
+            return outcome
+        }
+    }
+
+    @Test("every session keeps the invariants, and the sessions reach every ending")
+    func sessions() async {
+        // In chunks on the simulations' queue (SimulationQueue): never a thread of the cooperative pool,
+        // and the engine's seeded sessions take turns with these.
+        var outcome = Outcome()
+        let end = Self.firstSeed + UInt64(Self.sessions)
+        var next = Self.firstSeed
+        while next < end && outcome.failures.count < 5 {
+            let seeds = next..<min(end, next + 500)
+            outcome.add(await SimulationQueue.run { Outcome.run(seeds: seeds) })
+            next = seeds.upperBound
+        }
+        let (failures, endings, totals) = (outcome.failures.prefix(5), outcome.endings, outcome.totals)
         #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
         print(
             "stepped pairs: \(Self.sessions) sessions, endings \(endings.sorted { $0.key < $1.key }), totals: \(totals)"
