@@ -41,14 +41,22 @@ extension ConnectionCore {
     /// are all of messages still arriving reads on (``SharedBufferBudget/exempt(_:)``): paused, none of
     /// those could ever finish.
     private func updateSharedBudgetPause(_ shared: SharedBufferBudget, _ state: inout State, effects: inout Effects) {
-        var pause = shared.isExceeded && self.bufferedBytes(state) > shared.share
+        let overShare = self.bufferedBytes(state) > shared.share
+        var pause = shared.isExceeded && overShare
         let id = ObjectIdentifier(self)
-        if pause && self.releasableBytes(state) <= 0 && shared.exempt(id) {
+        // Over its share with only messages still arriving. The exemption is kept while that lasts (a
+        // dip of the total under the limit does not end it), so that it passes on only as messages finish.
+        let onlyArriving = overShare && self.releasableBytes(state) <= 0
+        if state.isExemptFromSharedBudget {
+            if onlyArriving {
+                pause = false
+            } else {
+                state.isExemptFromSharedBudget = false
+                effects.later { shared.endExemption(id) }
+            }
+        } else if pause && onlyArriving && shared.exempt(id) {
             pause = false
             state.isExemptFromSharedBudget = true
-        } else if state.isExemptFromSharedBudget {
-            state.isExemptFromSharedBudget = false
-            effects.later { shared.endExemption(id) }
         }
         guard pause != state.pausedForSharedBudget else { return }
         state.pausedForSharedBudget = pause
