@@ -86,7 +86,7 @@ extension BLIPConnection {
             engine.maximumDrainedBytes = self.maximumDrainedBytes
             engine.repliesEarlyToOversizedRequests = self.repliesEarlyToOversizedRequests
             // The connection says when bodies are consumed: as read for streams, and for whole bodies as
-            // buffered, unless its buffer budget is exceeded (see ConnectionCore+Backpressure).
+            // buffered, unless its buffer budget is exceeded (see ConnectionStateMachine+Backpressure).
             engine.consumesRequestBodiesManually = true
             engine.consumesReplyBodiesManually = true
             return engine

@@ -91,15 +91,7 @@ extension ConnectionCore {
     func nextUnhandledRequest() async -> BLIPIncomingRequest? {
         await self.handOffThatCannotFail { (continuation: WaiterContinuation<BLIPIncomingRequest?, Never>) in
             var effects = Effects()
-            self.state.withLockedValue { state in
-                if let request = self.popUnhandled(&state, effects: &effects) {
-                    effects.later { continuation.resume(returning: request) }
-                } else if state.isClosed || state.unhandledWaiter != nil {
-                    effects.later { continuation.resume(returning: nil) }  // closed, or one reader at a time
-                } else {
-                    state.unhandledWaiter = continuation
-                }
-            }
+            self.state.withLockedValue { $0.waitForUnhandledRequest(continuation: continuation, effects: &effects) }
             self.perform(&effects)
         }
     }
@@ -107,15 +99,8 @@ extension ConnectionCore {
     /// Takes the oldest request no handler took, if any, without waiting (``BLIPSteppedConnection``).
     func takeUnhandledRequest() -> BLIPIncomingRequest? {
         var effects = Effects()
-        let request = self.state.withLockedValue { self.popUnhandled(&$0, effects: &effects) }
+        let request = self.state.withLockedValue { $0.popUnhandled(effects: &effects) }
         self.perform(&effects)
-        return request
-    }
-
-    /// The oldest request waiting in the incoming-request buffer; taking it may let reading resume.
-    private func popUnhandled(_ state: inout State, effects: inout Effects) -> BLIPIncomingRequest? {
-        guard let request = state.unhandled.popFirst() else { return nil }
-        self.updateReading(&state, effects: &effects)
         return request
     }
 
@@ -123,7 +108,7 @@ extension ConnectionCore {
     func releaseBuffered(_ bytes: Int) {
         guard bytes > 0 else { return }
         var effects = Effects()
-        self.state.withLockedValue { state in self.release(bytes, &state, effects: &effects) }
+        self.state.withLockedValue { state in state.release(bytes, effects: &effects) }
         self.perform(&effects)
     }
 }

@@ -108,9 +108,9 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
     /// Queues a no-reply request; false if it failed at once (the connection is closed).
     package func sendNoReply(_ request: BLIPRequest) -> Bool {
         let message = self.core.outgoing(request, body: .buffer(request.body), isNoReply: true)
-        var effects = ConnectionCore.Effects()
+        var effects = ConnectionStateMachine.Effects()
         let queued = self.core.state.withLockedValue { state -> Bool in
-            guard case .success = self.core.enqueue(message, token: nil, progress: nil, &state, effects: &effects)
+            guard case .success = state.enqueue(message, token: nil, progress: nil, effects: &effects)
             else { return false }
             return true
         }
@@ -148,9 +148,9 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
         guard let index = self.running.firstIndex(where: { $0.number == call.number }) else { return }
         self.runningCalls.remove(at: index)
         if call.expectsReply { self.core.respond(to: call.number, with: result) }
-        var effects = ConnectionCore.Effects()
+        var effects = ConnectionStateMachine.Effects()
         let next = self.core.state.withLockedValue {
-            self.core.handlerFinished(charge: call.charge, &$0, effects: &effects)
+            $0.handlerFinished(charge: call.charge, effects: &effects)
         }
         self.core.perform(&effects)
         if let next { self.jobs.take(.handlers(startingWith: next)) }
@@ -224,7 +224,7 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
     /// Callers, streams, buffered requests and messages the connection still tracks (0 when it holds none).
     package var pendingBookkeeping: Int { self.core.pendingBookkeeping }
     /// Nothing in flight either way, no handler running or waiting, no request owing a reply.
-    package var isQuiet: Bool { self.core.state.withLockedValue { ConnectionCore.isQuiet($0) } }
+    package var isQuiet: Bool { self.core.state.withLockedValue { $0.isQuiet() } }
     /// The connection's state, for a failure's report.
     package var stateDescription: String {
         self.core.state.withLockedValue { state in
@@ -240,7 +240,7 @@ package final class BLIPSteppedConnection: @unchecked Sendable {
         }
     }
     /// What it holds against its buffer budget.
-    package var bufferedBytes: Int { self.core.state.withLockedValue { self.core.bufferedBytes($0) } }
+    package var bufferedBytes: Int { self.core.state.withLockedValue { $0.bufferedBytes() } }
 
     /// Moves handlers started by the last step into ``running``.
     private func collectJobs() {

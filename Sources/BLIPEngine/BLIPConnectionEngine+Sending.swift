@@ -35,11 +35,21 @@ extension BLIPConnectionEngine {
         do {
             switch message.body {
             case .buffer(let body):
-                (data, compressed) = try self.encoder.makeMessageData(
-                    properties: message.properties,
-                    body: body,
-                    compressed: message.isCompressed
-                )
+                if let ahead = message.gzippedAhead, !self.dialect.compressesFrames {
+                    (data, _) = try self.encoder.makeMessageData(
+                        properties: message.properties,
+                        body: body,
+                        compressed: false
+                    )
+                    compressed = ahead.isCompressed
+                    self.encoder.count(ahead, ahead: true)
+                } else {
+                    (data, compressed) = try self.encoder.makeMessageData(
+                        properties: message.properties,
+                        body: body,
+                        compressed: message.isCompressed
+                    )
+                }
             case .streamed:
                 var head = ByteBuffer()
                 try self.encoder.writeProperties(message.properties, into: &head)

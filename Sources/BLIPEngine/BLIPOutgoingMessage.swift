@@ -28,6 +28,10 @@ package struct BLIPOutgoingMessage: Sendable {
     /// Compress the body (BLIP 3: frame by frame; seed and BLIP 2: gzip). A streamed body is not
     /// compressed in the seed and BLIP 2 dialects, whose gzip covers the whole body.
     package var isCompressed: Bool
+    /// Set when the body was gzipped ahead, outside the connection's lock (``BLIPGzippedBody``; seed and
+    /// BLIP 2 only): `body` is then what goes on the wire, and the frames carry the compressed flag if the
+    /// outcome says the body is gzip.
+    package var gzippedAhead: BLIPFrameEncoder.GzipOutcome?
     /// A request that must not be answered (requests only).
     package var isNoReply: Bool
     /// The reply's body will be consumed piece by piece (``BLIPConnectionEngine/consumed(_:bytes:)``),

@@ -42,6 +42,22 @@ package struct ConnectionPairSimulation {
 
         package init() {}
 
+        /// Adds `other`'s counters to these (for totals over many sessions; violations and ending stay).
+        package mutating func add(_ other: Report) {
+            self.steps += other.steps
+            self.requests += other.requests
+            self.noReplyRequests += other.noReplyRequests
+            self.replies += other.replies
+            self.errorReplies += other.errorReplies
+            self.connectionErrors += other.connectionErrors
+            self.cancelled += other.cancelled
+            self.framesMoved += other.framesMoved
+            self.readPauses += other.readPauses
+            self.busyRefusals += other.busyRefusals
+            self.gracefulCloses += other.gracefulCloses
+            self.streamedWhole += other.streamedWhole
+        }
+
         package var description: String {
             let outcome =
                 self.violations.isEmpty ? "ok" : "FAILED: " + self.violations.prefix(5).joined(separator: "; ")

@@ -59,6 +59,8 @@ package final class BLIPFrameEncoder {
         /// Uncompressed bytes fed to compression, and the compressed bytes that came out.
         package var bytesBeforeCompression = 0
         package var bytesAfterCompression = 0
+        /// Seed and BLIP 2 bodies that came gzipped ahead (``BLIPGzippedBody``), counted in the above too.
+        package var bodiesGzippedAhead = 0
     }
 
     package let dialect: BLIPDialect
@@ -176,27 +178,63 @@ package final class BLIPFrameEncoder {
             data.writeImmutableBuffer(body)
             return self.dialect.compressesFrames && wantsCompression
         }
-        return try body.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
-            let skips = self.configuration.skipsIncompressibleData
+        let outcome = try Self.writeGzipped(
+            body,
+            compressor: self.gzipCompressor(),
+            skipsIncompressibleData: self.configuration.skipsIncompressibleData,
+            into: &data
+        )
+        self.count(outcome)
+        return outcome.isCompressed
+    }
+
+    /// What gzipping one seed or BLIP 2 body did, for ``Statistics``.
+    package struct GzipOutcome: Hashable, Sendable {
+        /// Whether the body went out as gzip (else raw).
+        package var isCompressed = false
+        /// Sent raw although compression was asked for.
+        package var isSkipped = false
+        package var bytesBeforeCompression = 0
+        package var bytesAfterCompression = 0
+    }
+
+    /// Writes the gzip of `body` to `data`, or `body` itself when that would not pay (with
+    /// `skipsIncompressibleData`: data that looks incompressible, or a gzip that is not smaller).
+    static func writeGzipped(
+        _ body: ByteBuffer,
+        compressor: GzipBodyCompressor,
+        skipsIncompressibleData skips: Bool,
+        into data: inout ByteBuffer
+    ) throws(BLIPWireError) -> GzipOutcome {
+        try body.withUnsafeReadableBytes { bytes throws(BLIPWireError) in
+            var outcome = GzipOutcome()
             if skips && !BLIPCompressibility.isWorthCompressing(bytes) {
-                self.statistics.compressionSkipped += 1
+                outcome.isSkipped = true
                 data.writeBytes(bytes)
-                return false
+                return outcome
             }
             let start = data.writerIndex
-            try self.gzipCompressor().compress(bytes, into: &data)
-            let gzipped = data.writerIndex - start
-            self.statistics.bytesBeforeCompression += bytes.count
-            self.statistics.bytesAfterCompression += gzipped
-            guard gzipped < bytes.count || !skips else {
+            try compressor.compress(bytes, into: &data)
+            outcome.bytesBeforeCompression = bytes.count
+            outcome.bytesAfterCompression = data.writerIndex - start
+            guard outcome.bytesAfterCompression < bytes.count || !skips else {
                 // Not smaller: send the body as it is (BLIP-Cpp 2017 did the same).
-                self.statistics.compressionSkipped += 1
+                outcome.isSkipped = true
                 data.moveWriterIndex(to: start)
                 data.writeBytes(bytes)
-                return false
+                return outcome
             }
-            return true
+            outcome.isCompressed = true
+            return outcome
         }
+    }
+
+    /// Adds what a body's gzip did to ``statistics``; `ahead` for a body gzipped ahead (``BLIPGzippedBody``).
+    package func count(_ outcome: GzipOutcome, ahead: Bool = false) {
+        if ahead { self.statistics.bodiesGzippedAhead += 1 }
+        if outcome.isSkipped { self.statistics.compressionSkipped += 1 }
+        self.statistics.bytesBeforeCompression += outcome.bytesBeforeCompression
+        self.statistics.bytesAfterCompression += outcome.bytesAfterCompression
     }
 
     /// Appends the length-prefixed property block, as this encoder's dialect and limits require.

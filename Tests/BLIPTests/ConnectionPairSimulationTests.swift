@@ -21,16 +21,7 @@ struct ConnectionPairSimulationTests {
         mutating func add(_ other: Outcome) {
             self.failures += other.failures
             self.endings.merge(other.endings, uniquingKeysWith: +)
-            self.totals.requests += other.totals.requests
-            self.totals.replies += other.totals.replies
-            self.totals.errorReplies += other.totals.errorReplies
-            self.totals.connectionErrors += other.totals.connectionErrors
-            self.totals.cancelled += other.totals.cancelled
-            self.totals.readPauses += other.totals.readPauses
-            self.totals.busyRefusals += other.totals.busyRefusals
-            self.totals.framesMoved += other.totals.framesMoved
-            self.totals.gracefulCloses += other.totals.gracefulCloses
-            self.totals.streamedWhole += other.totals.streamedWhole
+            self.totals.add(other.totals)
         }
 
         static func run(seeds: Range<UInt64>) -> Outcome {

@@ -2,13 +2,6 @@ internal import BLIPEngine
 internal import NIOConcurrencyHelpers
 internal import Synchronization
 
-/// A graceful close: nothing new starts (requests that expect a reply get ERR BLIP/503), what is in flight
-/// finishes, up to a deadline; then the connection closes.
-///
-/// In flight means: a message of ours queued or being sent (requests, replies, streamed bodies), a request
-/// of ours waiting for its reply, a message from the peer still arriving, a handler running or waiting for
-/// a slot, and a request of the peer's handed to the application and not yet answered. Every operation that
-/// can end one of these ends in ``perform(_:)``, which then checks (only while a graceful close waits).
 extension ConnectionCore {
     /// Starts draining and waits until nothing is in flight, the connection closes, `timeout` passes, or the
     /// task is cancelled, whichever comes first. Returns whether it ended with nothing in flight.
@@ -32,7 +25,7 @@ extension ConnectionCore {
             await self.handOffThatCannotFail { (continuation: WaiterContinuation<Void, Never>) in
                 let waits = self.state.withLockedValue { state -> Bool in
                     state.isDraining = true
-                    guard !Task.isCancelled, !state.isClosed, !Self.isQuiet(state) else { return false }
+                    guard !Task.isCancelled, !state.isClosed, !state.isQuiet() else { return false }
                     state.drainWaiters[token] = continuation
                     self.drainIsWaiting.store(true, ordering: .relaxed)
                     return true
@@ -43,7 +36,7 @@ extension ConnectionCore {
             let waiter = self.state.withLockedValue { $0.drainWaiters.removeValue(forKey: token) }
             waiter?.resume()
         }
-        return self.state.withLockedValue { $0.isClosed || Self.isQuiet($0) }
+        return self.state.withLockedValue { $0.isClosed || $0.isQuiet() }
     }
 
     /// Resumes the graceful closes waiting, once nothing is in flight (or the connection closed).
@@ -53,20 +46,11 @@ extension ConnectionCore {
                 self.drainIsWaiting.store(false, ordering: .relaxed)  // the last one was cancelled
                 return []
             }
-            guard state.isClosed || Self.isQuiet(state) else { return [] }
+            guard state.isClosed || state.isQuiet() else { return [] }
             defer { state.drainWaiters.removeAll() }
             self.drainIsWaiting.store(false, ordering: .relaxed)
             return Array(state.drainWaiters.values)
         }
         for waiter in waiters { waiter.resume() }
-    }
-
-    /// Nothing in flight either way, no handler running or waiting, and no request of the peer's that owes
-    /// a reply (the engine counts those from their first frame until their reply is queued, including the
-    /// ones handed to the application as ``BLIPIncomingRequest``).
-    static func isQuiet(_ state: State) -> Bool {
-        state.engine.outgoingCount == 0 && state.engine.awaitingReplyCount == 0 && state.engine.incomingCount == 0
-            && state.runningHandlers == 0 && state.pendingWork.isEmpty && state.order.isEmpty
-            && state.engine.unansweredCount == 0
     }
 }

@@ -6,43 +6,6 @@ internal import NIOCore
 internal import Tracing
 
 extension ConnectionCore {
-    /// Starts a handler for a request, or queues it (in arrival order) while every handler slot is busy.
-    /// The connection keeps reading either way: a running handler may be waiting for the peer.
-    func dispatch(_ work: Work, _ state: inout State, effects: inout Effects) {
-        if self.mayStartHandler(state, effects) {
-            state.runningHandlers += 1
-            self.startInTask(work, &state, effects: &effects)
-        } else {
-            state.pendingWork.append(work)
-            state.statistics.requestsQueuedForHandler += 1
-        }
-    }
-
-    /// Takes a request for a synchronous handler: runs it after the lock when it may start now (a slot is
-    /// free and nothing waits ahead of it), else queues it like any other, to run in a task.
-    func dispatchSynchronous(_ work: ImmediateWork, _ state: inout State, effects: inout Effects) {
-        if self.mayStartHandler(state, effects) {
-            state.runningHandlers += 1
-            effects.immediate = work
-        } else {
-            let handler = work.handler
-            let queued = Work.handle(
-                work.request,
-                number: work.number,
-                expectsReply: work.expectsReply,
-                charge: work.charge
-            ) { try handler($0, $1) }
-            self.dispatch(queued, &state, effects: &effects)
-        }
-    }
-
-    /// Whether a request's handler may start now: a slot is free (one in serial order), nothing waits ahead
-    /// of it, and this operation starts no other (one frame completes at most one request).
-    private func mayStartHandler(_ state: State, _ effects: Effects) -> Bool {
-        let slots = self.router.handlerOrder == .serial ? 1 : self.configuration.maximumConcurrentHandlers
-        return state.runningHandlers < slots && state.pendingWork.isEmpty && effects.work == nil
-            && effects.immediate == nil
-    }
 
     /// Runs a synchronous handler where its request arrived (no lock held), sends its reply, and hands its
     /// slot to whatever waits for one (in a task).
@@ -57,9 +20,9 @@ extension ConnectionCore {
         }
         // The slot goes to the request waiting longest, if any: under the lock that queues the reply.
         let charge = work.charge
-        let handOnSlot = { (state: inout State, effects: inout Effects) in
-            guard let next = self.handlerFinished(charge: charge, &state, effects: &effects) else { return }
-            self.startInTask(next, &state, effects: &effects)
+        let handOnSlot = { (state: inout ConnectionStateMachine, effects: inout Effects) in
+            guard let next = state.handlerFinished(charge: charge, effects: &effects) else { return }
+            state.startInTask(next, effects: &effects)
         }
         if work.expectsReply {
             self.respond(to: work.number, with: result, andThen: handOnSlot)
@@ -68,13 +31,6 @@ extension ConnectionCore {
             self.state.withLockedValue { handOnSlot(&$0, &effects) }
             self.perform(&effects)
         }
-    }
-
-    /// Has `work`, whose slot is taken, run after the lock in a handler task: an idle one if one waits,
-    /// else a new one.
-    private func startInTask(_ work: Work, _ state: inout State, effects: inout Effects) {
-        effects.work = work
-        effects.idleTask = state.idleHandlerTasks.popLast()
     }
 
     /// Runs handlers in one task: the first, then whatever waits for a slot when it finishes. With nothing
@@ -102,13 +58,13 @@ extension ConnectionCore {
         await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Work?, Never>) in
                 var effects = Effects()
-                let next = self.state.withLockedValue { state -> Work?? in
-                    if let next = self.handlerFinished(charge: charge, &state, effects: &effects) { return next }
-                    guard !state.isClosed, !Task.isCancelled,
-                        state.idleHandlerTasks.count < Self.maximumIdleHandlerTasks
-                    else { return .some(nil) }
-                    state.idleHandlerTasks.append(continuation)
-                    return .none
+                let next = self.state.withLockedValue {
+                    $0.handlerTaskIdle(
+                        afterCharge: charge,
+                        continuation: continuation,
+                        isCancelled: Task.isCancelled,
+                        effects: &effects
+                    )
                 }
                 self.perform(&effects)
                 if let next { continuation.resume(returning: next) }
@@ -121,18 +77,6 @@ extension ConnectionCore {
             }
             for idleTask in idle { idleTask.resume(returning: nil) }
         }
-    }
-
-    /// A handler is done: its request's bytes (`charge`) no longer count, and the next waiting request takes
-    /// its slot (returned), or the slot is free.
-    func handlerFinished(charge: Int, _ state: inout State, effects: inout Effects) -> Work? {
-        self.release(charge, &state, effects: &effects)
-        guard !state.isClosed, let next = state.pendingWork.popFirst() else {
-            state.runningHandlers -= 1
-            return nil
-        }
-        self.updateReading(&state, effects: &effects)
-        return next
     }
 
     /// Runs a handler and sends what it returns.

@@ -12,18 +12,8 @@ extension ConnectionCore {
     ) -> BLIPOutgoingID? {
         let message = self.outgoing(request, body: .buffer(request.body))
         var effects = Effects()
-        let id = self.state.withLockedValue { state -> BLIPOutgoingID? in
-            let id: BLIPOutgoingID
-            switch self.enqueue(message, token: nil, progress: progress, &state, effects: &effects) {
-            case .success(let queued): id = queued
-            case .failure(let error):
-                effects.later { onReply(.failure(error)) }
-                return nil
-            }
-            state.replyWaiters[id] = .callback(onReply)
-            // Reading may have paused while nothing waited for the peer: now something does.
-            if state.readingPaused { self.updateReading(&state, effects: &effects) }
-            return id
+        let id = self.state.withLockedValue {
+            $0.enqueueCallingBack(message, progress: progress, onReply: onReply, effects: &effects)
         }
         self.perform(&effects)
         return id
@@ -34,12 +24,7 @@ extension ConnectionCore {
     /// ended: its waiter is gone from the table then.
     func cancelReply(to id: BLIPOutgoingID, with error: any Error) {
         var effects = Effects()
-        self.state.withLockedValue { state in
-            guard let waiter = state.replyWaiters.removeValue(forKey: id) else { return }
-            self.progressFailed(request: id, &state, effects: &effects)
-            Self.fail(waiter, error, effects: &effects)
-            self.abandonOutgoing(id, &state, effects: &effects)
-        }
+        self.state.withLockedValue { $0.replyAbandoned(id, error: error, effects: &effects) }
         self.perform(&effects)
     }
 }

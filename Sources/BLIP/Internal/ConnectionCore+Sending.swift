@@ -104,29 +104,8 @@ extension ConnectionCore {
     /// dropped, or, once started, ends the connection.
     private func bodyFailed(token: UInt64, id: BLIPOutgoingID, _ error: any Error) {
         var effects = Effects()
-        self.state.withLockedValue { state in
-            state.tokens.removeValue(forKey: token)
-            state.tokenOfMessage.removeValue(forKey: id)
-            if let waiter = state.replyWaiters.removeValue(forKey: id) { Self.fail(waiter, error, effects: &effects) }
-            if let waiter = state.demandWaiters.removeValue(forKey: id) {
-                effects.later { waiter.resume(throwing: error) }
-            }
-            self.progressFailed(request: id, &state, effects: &effects)
-            self.abandonOutgoing(id, &state, effects: &effects)
-        }
+        self.state.withLockedValue { $0.bodyFailed(token: token, id: id, error: error, effects: &effects) }
         self.perform(&effects)
-    }
-
-    /// Tells the engine one of our messages is abandoned. A streamed body that stopped after its first
-    /// frame cannot be finished: the connection closes (1011, our failure, not the peer's).
-    func abandonOutgoing(_ id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
-        guard !state.isClosed else { return }
-        do throws(BLIPEngineError) {
-            _ = try state.engine.cancel(id)
-            self.updateReplyBacklog(&state, effects: &effects)
-        } catch {
-            self.fatal(error, byPeer: false, &state, effects: &effects)
-        }
     }
 
     func sendNoReply(_ request: BLIPRequest, timeout: Duration?, progress: ProgressReporter?) async throws {
@@ -143,19 +122,14 @@ extension ConnectionCore {
         try await withCancellationHandlerOnCallersExecutor(loop: self.loopIsolation) {
             try await withWaiterContinuation { (continuation: WaiterContinuation<Void, any Error>) in
                 var effects = Effects()
-                self.state.withLockedValue { state in
-                    guard
-                        let id = self.enqueue(
-                            message,
-                            token: token,
-                            progress: progress,
-                            failing: continuation,
-                            &state,
-                            effects: &effects
-                        )
-                    else { return }
-                    state.sendWaiters[id] = continuation
-                    if state.readingPaused { self.updateReading(&state, effects: &effects) }
+                self.state.withLockedValue {
+                    $0.enqueueAwaitingSend(
+                        message,
+                        token: token,
+                        progress: progress,
+                        continuation: continuation,
+                        effects: &effects
+                    )
                 }
                 self.perform(&effects)
             }
@@ -179,7 +153,22 @@ extension ConnectionCore {
         )
         message.streamsReply = streamsReply
         message.isNoReply = isNoReply
+        self.gzipAheadIfLarge(&message)
         return message
+    }
+
+    /// Bodies at least this large are gzipped before the lock (seed and BLIP 2).
+    static let gzipAheadMinimumBody = 16 * 1024
+
+    /// Gzips a large seed or BLIP 2 body here, before the lock, rather than when the engine queues it
+    /// under the lock (``BLIPGzippedBody``: the same bytes). If zlib fails, the engine tries again.
+    func gzipAheadIfLarge(_ message: inout BLIPOutgoingMessage) {
+        guard let configuration = self.gzipAhead, message.isCompressed, case .buffer(let body) = message.body,
+            body.readableBytes >= Self.gzipAheadMinimumBody,
+            let gzipped = try? BLIPGzippedBody(gzipping: body, configuration: configuration)
+        else { return }
+        message.body = .buffer(gzipped.wireBody)
+        message.gzippedAhead = gzipped.outcome
     }
 
     func makeToken() -> UInt64 {
@@ -204,77 +193,20 @@ extension ConnectionCore {
     ) async throws -> Reply {
         try await self.handOff { (continuation: WaiterContinuation<Reply, any Error>) in
             var effects = Effects()
-            self.state.withLockedValue { state in
-                guard
-                    let id = self.enqueue(
-                        message,
-                        token: token,
-                        progress: progress,
-                        failing: continuation,
-                        &state,
-                        effects: &effects
-                    )
-                else { return }
-                state.replyWaiters[id] = waiter(continuation)
-                started?.yield(id)
-                // Reading may have paused while nothing waited for the peer: now something does.
-                if state.readingPaused { self.updateReading(&state, effects: &effects) }
+            self.state.withLockedValue {
+                $0.enqueueAwaitingReply(
+                    message,
+                    token: token,
+                    progress: progress,
+                    waiter: waiter(continuation),
+                    failing: continuation,
+                    started: started,
+                    effects: &effects
+                )
             }
             started?.finish()
             self.perform(&effects)
         }
-    }
-
-    /// ``enqueue(_:token:progress:_:effects:)`` for an awaiting caller: on failure its continuation gets
-    /// the error after the lock, and this returns nil.
-    func enqueue<Value>(
-        _ message: BLIPOutgoingMessage,
-        token: UInt64?,
-        progress: ProgressReporter?,
-        failing continuation: WaiterContinuation<Value, any Error>,
-        _ state: inout State,
-        effects: inout Effects
-    ) -> BLIPOutgoingID? {
-        switch self.enqueue(message, token: token, progress: progress, &state, effects: &effects) {
-        case .success(let id): return id
-        case .failure(let error):
-            effects.later { continuation.resume(throwing: error) }
-            return nil
-        }
-    }
-
-    /// Queues `message` under the lock; returns its handle, or the error it failed with (its progress
-    /// reporter is told after the lock), which the caller hands its waiter after the lock too. A result,
-    /// not a failure closure: that closure was a heap allocation per request, made to be dropped.
-    func enqueue(
-        _ message: BLIPOutgoingMessage,
-        token: UInt64?,
-        progress: ProgressReporter?,
-        _ state: inout State,
-        effects: inout Effects
-    ) -> Result<BLIPOutgoingID, any Error> {
-        let failure: any Error
-        if let closeError = state.closeError {
-            failure = closeError
-        } else if let token, !state.cancelledTokens.isEmpty, state.cancelledTokens.remove(token) != nil {
-            failure = CancellationError()
-        } else {
-            do throws(BLIPEngineError) {
-                let (id, wake) = try state.engine.enqueue(message)
-                if let token {
-                    state.tokens[token] = id
-                    state.tokenOfMessage[id] = token
-                }
-                if let progress { self.progressQueued(id, progress, &state, effects: &effects) }
-                effects.wakeWriter = effects.wakeWriter || wake
-                effects.counts.messagesSent += 1
-                return .success(id)
-            } catch {
-                failure = self.connectionError(from: error)
-            }
-        }
-        if let progress { effects.later { progress.report(.failed) } }
-        return .failure(failure)
     }
 
     /// The caller of a request gave up: the engine drops it if it has not started, else finishes it and
@@ -282,22 +214,7 @@ extension ConnectionCore {
     func cancel(token: UInt64) {
         let error = CancellationError()
         var effects = Effects()
-        self.state.withLockedValue { state in
-            guard let id = state.tokens.removeValue(forKey: token) else {
-                state.cancelledTokens.insert(token)  // not queued yet: refuse it when it is
-                return
-            }
-            state.tokenOfMessage.removeValue(forKey: id)
-            self.progressFailed(request: id, &state, effects: &effects)
-            if let waiter = state.replyWaiters.removeValue(forKey: id) { Self.fail(waiter, error, effects: &effects) }
-            if let waiter = state.sendWaiters.removeValue(forKey: id) {
-                effects.later { waiter.resume(throwing: error) }
-            }
-            if let waiter = state.demandWaiters.removeValue(forKey: id) {
-                effects.later { waiter.resume(throwing: error) }
-            }
-            self.abandonOutgoing(id, &state, effects: &effects)
-        }
+        self.state.withLockedValue { $0.cancelled(token: token, error: error, effects: &effects) }
         self.perform(&effects)
     }
 
@@ -317,118 +234,11 @@ extension ConnectionCore {
     func appendBody(_ chunk: ByteBuffer, to id: BLIPOutgoingID, isComplete: Bool) async throws {
         try await withWaiterContinuation { (continuation: WaiterContinuation<Void, any Error>) in
             var effects = Effects()
-            self.state.withLockedValue { state in
-                if let closeError = state.closeError {
-                    effects.later { continuation.resume(throwing: closeError) }
-                    return
-                }
-                do throws(BLIPEngineError) {
-                    effects.wakeWriter = try state.engine.appendBody(id, chunk, isComplete: isComplete)
-                } catch {
-                    // Cancelled meanwhile: the request has already failed.
-                    effects.later { continuation.resume(throwing: CancellationError()) }
-                    return
-                }
-                if isComplete || state.engine.wantsBody(id) {
-                    effects.later { continuation.resume() }
-                } else {
-                    state.demandWaiters[id] = continuation
-                    if state.readingPaused { self.updateReading(&state, effects: &effects) }
-                }
+            self.state.withLockedValue {
+                $0.appendBody(chunk, to: id, isComplete: isComplete, continuation: continuation, effects: &effects)
             }
             self.perform(&effects)
         }
-    }
-
-    // MARK: - Replies
-
-    /// Sends a handler's reply (or error) to the peer's request `number`, and lets go of the `charge` the
-    /// request held against the buffer budget. A reply that cannot be encoded (a property with NUL, an
-    /// empty value in the seed dialect, a block over the limit) is logged as an error and replaced by ERR
-    /// BLIP/500, so that the peer never waits forever. A streamed reply is handed to ``run()``, which pulls
-    /// its body (ConnectionCore+StreamedReplies).
-    ///
-    /// `andThen` runs under the same lock as the reply is queued (a finished handler's slot handed on), so that
-    /// a request handled where it arrived costs one acquisition after its handler, not two.
-    func respond(
-        to number: UInt64,
-        with result: Result<BLIPResponse, BLIPError>,
-        releasing charge: Int = 0,
-        andThen: ((inout State, inout Effects) -> Void)? = nil
-    ) {
-        if case .success(let response) = result, let body = response.bodyStream {
-            self.releaseBuffered(charge)
-            let head = StreamedReplyHead(
-                number: number,
-                properties: response.properties,
-                isCompressed: response.isCompressed
-            )
-            self.schedule(.streamedReply(head, body))
-            if let andThen {
-                var effects = Effects()
-                self.state.withLockedValue { andThen(&$0, &effects) }
-                self.perform(&effects)
-            }
-            return
-        }
-        let message: BLIPOutgoingMessage
-        switch result {
-        case .success(let response):
-            message = BLIPOutgoingMessage(
-                .response(toRequest: number),
-                properties: response.properties,
-                body: .buffer(response.body),
-                compressed: response.isCompressed
-            )
-        case .failure(let error):
-            message = BLIPOutgoingMessage(
-                .error(toRequest: number),
-                properties: error.errorReplyProperties,
-                body: .buffer(ByteBuffer(string: error.message))
-            )
-        }
-        var effects = Effects()
-        self.state.withLockedValue { state in
-            self.release(charge, &state, effects: &effects)
-            _ = self.enqueueReply(message, to: number, &state, effects: &effects)
-            self.closeIfAskedAfterReply(to: number, &state, effects: &effects)
-            andThen?(&state, &effects)
-        }
-        self.perform(&effects)
-    }
-
-    /// Queues a reply (or ERR) to the peer's request `number`; one that cannot be encoded becomes ERR
-    /// BLIP/500 (see ``respond(to:with:releasing:)``). Returns the reply's handle, or nil if it was not
-    /// queued.
-    func enqueueReply(
-        _ message: BLIPOutgoingMessage,
-        to number: UInt64,
-        _ state: inout State,
-        effects: inout Effects
-    ) -> BLIPOutgoingID? {
-        // Closed, the engine may still be framing the replies queued before (after the peer's error, or a
-        // close asked for after a reply): nothing joins them.
-        guard !state.isClosed else { return nil }
-        do throws(BLIPEngineError) {
-            let (id, wake) = try state.engine.enqueue(message)
-            effects.wakeWriter = effects.wakeWriter || wake
-            effects.counts.messagesSent += 1
-            if case .error = message.kind { effects.counts.errorRepliesSent += 1 }
-            self.updateReplyBacklog(&state, effects: &effects)
-            return id
-        } catch  where error.code == .invalidMessage {
-            self.log(
-                .error,
-                "the reply to request #\(number) could not be encoded; sent ERR BLIP/500 instead",
-                ["blip.error": "\(error)"],
-                effects: &effects
-            )
-            let failure = BLIPError(code: .internalError, message: "the reply could not be encoded")
-            self.enqueueReply(failure, to: number, &state, effects: &effects)
-        } catch {
-            self.log(.debug, "reply to request #\(number) not sent", ["blip.error": "\(error)"], effects: &effects)
-        }
-        return nil
     }
 
     // MARK: - Writing
@@ -445,46 +255,7 @@ extension ConnectionCore {
         var effects = Effects()
         let start = buffer.writerIndex
         var more = false
-        let sent = self.state.withLockedValue { state -> BLIPSentFrame? in
-            defer { more = state.engine.hasFrameReady }
-            guard !state.isClosed || state.finishingReplies > 0 else { return nil }
-            let next: BLIPNextFrame
-            do throws(BLIPEngineError) {
-                next = try state.engine.nextFrame(into: &buffer, now: .now())
-            } catch {
-                self.fatal(error, byPeer: false, &state, effects: &effects)
-                state.finishingReplies = 0
-                return nil
-            }
-            guard case .frame(let frame) = next else {
-                if state.finishingReplies > 0 {
-                    state.finishingReplies = 0
-                    _ = state.engine.close()
-                }
-                return nil
-            }
-            state.statistics.framesSent += 1
-            state.statistics.bytesSent += frame.length
-            if state.finishingReplies > 0 {
-                state.finishingReplies = max(0, state.finishingReplies - frame.length)
-                if state.finishingReplies == 0 { _ = state.engine.close() }
-                return frame
-            }
-            if let id = frame.message {
-                self.progressSent(frame, of: id, &state, effects: &effects)
-                // Most messages have no waiter: the emptiness checks skip hashing the id for each frame.
-                if frame.isLastFrame, !state.sendWaiters.isEmpty, let waiter = state.sendWaiters.removeValue(forKey: id)
-                {
-                    state.forgetToken(of: id)
-                    effects.later { waiter.resume() }
-                }
-                if !state.demandWaiters.isEmpty, let waiter = state.demandWaiters[id], state.engine.wantsBody(id) {
-                    state.demandWaiters.removeValue(forKey: id)
-                    effects.later { waiter.resume() }
-                }
-            }
-            return frame
-        }
+        let sent = self.state.withLockedValue { $0.nextFrame(into: &buffer, more: &more, effects: &effects) }
         self.perform(&effects)
         guard let sent else { return .none }
         self.metrics.bytesSent.increment(by: Int64(buffer.writerIndex - start))
@@ -495,5 +266,58 @@ extension ConnectionCore {
             )
         }
         return more ? .frameWithMoreReady : .lastReadyFrame
+    }
+
+    /// Sends a handler's reply (or error) to the peer's request `number`, and lets go of the `charge` the
+    /// request held against the buffer budget. A reply that cannot be encoded (a property with NUL, an
+    /// empty value in the seed dialect, a block over the limit) is logged as an error and replaced by ERR
+    /// BLIP/500, so that the peer never waits forever. A streamed reply is handed to ``run()``, which pulls
+    /// its body (ConnectionCore+StreamedReplies).
+    ///
+    /// `andThen` runs under the same lock as the reply is queued (a finished handler's slot handed on), so that
+    /// a request handled where it arrived costs one acquisition after its handler, not two.
+    func respond(
+        to number: UInt64,
+        with result: Result<BLIPResponse, BLIPError>,
+        releasing charge: Int = 0,
+        andThen: ((inout ConnectionStateMachine, inout Effects) -> Void)? = nil
+    ) {
+        if case .success(let response) = result, let body = response.bodyStream {
+            self.releaseBuffered(charge)
+            let head = StreamedReplyHead(
+                number: number,
+                properties: response.properties,
+                isCompressed: response.isCompressed
+            )
+            self.schedule(.streamedReply(head, body))
+            if let andThen {
+                var effects = Effects()
+                self.state.withLockedValue { andThen(&$0, &effects) }
+                self.perform(&effects)
+            }
+            return
+        }
+        var message: BLIPOutgoingMessage
+        switch result {
+        case .success(let response):
+            message = BLIPOutgoingMessage(
+                .response(toRequest: number),
+                properties: response.properties,
+                body: .buffer(response.body),
+                compressed: response.isCompressed
+            )
+            self.gzipAheadIfLarge(&message)
+        case .failure(let error):
+            message = BLIPOutgoingMessage(
+                .error(toRequest: number),
+                properties: error.errorReplyProperties,
+                body: .buffer(ByteBuffer(string: error.message))
+            )
+        }
+        var effects = Effects()
+        self.state.withLockedValue {
+            $0.queueReply(message, to: number, releasing: charge, andThen: andThen, effects: &effects)
+        }
+        self.perform(&effects)
     }
 }

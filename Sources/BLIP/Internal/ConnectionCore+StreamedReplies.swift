@@ -12,9 +12,6 @@ struct StreamedReplyHead: Sendable {
     let isCompressed: Bool
 }
 
-/// Replies whose body is an `AsyncSequence` (``BLIPBodySource``), pulled under flow control exactly like a
-/// streamed request body: a piece is asked for only when the engine has less than its low watermark
-/// queued, and the engine sends only as far as the peer's ACKs allow.
 extension ConnectionCore {
     /// Sends the reply to request `head.number`, pulling `body` as it goes. Runs in its own task under
     /// ``run()``, which cancels it when the connection closes.
@@ -76,7 +73,7 @@ extension ConnectionCore {
         var effects = Effects()
         let id = self.state.withLockedValue { state -> BLIPOutgoingID? in
             guard !state.isClosed else { return nil }
-            return self.enqueueReply(message, to: head.number, &state, effects: &effects)
+            return state.enqueueReply(message, to: head.number, effects: &effects)
         }
         self.perform(&effects)
         return id
@@ -88,26 +85,7 @@ extension ConnectionCore {
     /// connection closed (which cancels the pulling task) there is nothing left to do.
     private func replyBodyFailed(_ number: UInt64, queued id: BLIPOutgoingID?, _ error: any Error) {
         var effects = Effects()
-        self.state.withLockedValue { state in
-            guard !state.isClosed else { return }
-            self.log(
-                .error,
-                "the body of the reply to request #\(number) failed",
-                ["blip.error": "\(error)"],
-                effects: &effects
-            )
-            if let id {
-                do throws(BLIPEngineError) {
-                    guard try state.engine.cancel(id) == .removed else { return }
-                } catch {
-                    self.fatal(error, byPeer: false, &state, effects: &effects)
-                    return
-                }
-            }
-            let failure = BLIPError(code: .internalError, message: "the reply body failed")
-            self.enqueueReply(failure, to: number, &state, effects: &effects)
-            self.closeIfAskedAfterReply(to: number, &state, effects: &effects)
-        }
+        self.state.withLockedValue { $0.replyBodyFailed(number, queued: id, error: error, effects: &effects) }
         self.perform(&effects)
     }
 }

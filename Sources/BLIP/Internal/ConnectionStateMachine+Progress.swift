@@ -2,71 +2,69 @@ internal import BLIPEngine
 internal import NIOCore
 
 /// Progress reports of our requests (``BLIPMessageProgress``). A request with a progress handler is in
-/// `state.progress` from its queueing until its reply starts, then in `state.replyProgress` until the
+/// `progress` from its queueing until its reply starts, then in `replyProgress` until the
 /// reply's last frame; every way out of those tables reports a final state. Reports go out after the
 /// lock, before the caller's continuation is resumed by the same operation. Each function first checks
 /// that its table is not empty: without progress handlers, that is all the hot path pays.
-extension ConnectionCore {
+extension ConnectionStateMachine {
+    /// A reply whose request reports progress, while it arrives.
     struct ReplyProgress {
         let reporter: ProgressReporter
         var bytesReceived: Int
     }
 
-    func progressQueued(
+    mutating func progressQueued(
         _ id: BLIPOutgoingID,
         _ reporter: ProgressReporter,
-        _ state: inout State,
         effects: inout Effects
     ) {
-        state.progress[id] = reporter
+        self.progress[id] = reporter
         effects.later { reporter.report(.queued) }
     }
 
     /// A frame of message `id` left. A no-reply request is complete with its last frame.
-    func progressSent(_ frame: BLIPSentFrame, of id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
-        guard !state.progress.isEmpty, let reporter = state.progress[id] else { return }
+    mutating func progressSent(_ frame: BLIPSentFrame, of id: BLIPOutgoingID, effects: inout Effects) {
+        guard !self.progress.isEmpty, let reporter = self.progress[id] else { return }
         var stage: BLIPMessageProgress.State = frame.isLastFrame ? .awaitingReply : .sending
         if frame.isLastFrame && !reporter.expectsReply {
             stage = .complete
-            state.progress.removeValue(forKey: id)
+            self.progress.removeValue(forKey: id)
         }
         let update = BLIPMessageProgress(state: stage, bytesSent: frame.messageBytesSent)
         effects.later { reporter.report(update) }
     }
 
-    func progressAcknowledged(_ ack: BLIPAcknowledgement, _ state: inout State, effects: inout Effects) {
-        guard !state.progress.isEmpty, let reporter = state.progress[ack.message] else { return }
+    mutating func progressAcknowledged(_ ack: BLIPAcknowledgement, effects: inout Effects) {
+        guard !self.progress.isEmpty, let reporter = self.progress[ack.message] else { return }
         let update = BLIPMessageProgress(state: .sending, bytesAcknowledged: ack.bytes)
         effects.later { reporter.report(update) }
     }
 
     /// The reply to `request` has started arriving as `reply`; its completion is reported separately.
-    func progressReplyStarted(
+    mutating func progressReplyStarted(
         _ reply: BLIPIncomingMessage,
         to request: BLIPOutgoingID,
-        _ state: inout State,
         effects: inout Effects
     ) {
-        guard !state.progress.isEmpty, let reporter = state.progress.removeValue(forKey: request) else { return }
+        guard !self.progress.isEmpty, let reporter = self.progress.removeValue(forKey: request) else { return }
         let bytes = reply.body.readableBytes
-        state.replyProgress[reply.id] = ReplyProgress(reporter: reporter, bytesReceived: bytes)
+        self.replyProgress[reply.id] = ReplyProgress(reporter: reporter, bytesReceived: bytes)
         let update = BLIPMessageProgress(state: .receivingReply, replyBytesReceived: bytes)
         effects.later { reporter.report(update) }
     }
 
-    func progressReplyReceived(
+    mutating func progressReplyReceived(
         _ id: BLIPIncomingID,
         bytes: Int,
         isComplete: Bool,
-        _ state: inout State,
         effects: inout Effects
     ) {
-        guard !state.replyProgress.isEmpty, var progress = state.replyProgress[id] else { return }
+        guard !self.replyProgress.isEmpty, var progress = self.replyProgress[id] else { return }
         progress.bytesReceived += bytes
         if isComplete {
-            state.replyProgress.removeValue(forKey: id)
+            self.replyProgress.removeValue(forKey: id)
         } else {
-            state.replyProgress[id] = progress
+            self.replyProgress[id] = progress
         }
         let update = BLIPMessageProgress(
             state: isComplete ? .complete : .receivingReply,
@@ -76,22 +74,22 @@ extension ConnectionCore {
         effects.later { reporter.report(update) }
     }
 
-    func progressFailed(request id: BLIPOutgoingID, _ state: inout State, effects: inout Effects) {
-        guard !state.progress.isEmpty, let reporter = state.progress.removeValue(forKey: id) else { return }
+    mutating func progressFailed(request id: BLIPOutgoingID, effects: inout Effects) {
+        guard !self.progress.isEmpty, let reporter = self.progress.removeValue(forKey: id) else { return }
         effects.later { reporter.report(.failed) }
     }
 
-    func progressFailed(reply id: BLIPIncomingID, _ state: inout State, effects: inout Effects) {
-        guard !state.replyProgress.isEmpty, let progress = state.replyProgress.removeValue(forKey: id) else { return }
+    mutating func progressFailed(reply id: BLIPIncomingID, effects: inout Effects) {
+        guard !self.replyProgress.isEmpty, let progress = self.replyProgress.removeValue(forKey: id) else { return }
         effects.later { progress.reporter.report(.failed) }
     }
 
     /// The connection closed: whatever has not finished has failed.
-    func progressFailedAll(_ state: inout State, effects: inout Effects) {
-        guard !state.progress.isEmpty || !state.replyProgress.isEmpty else { return }
-        let reporters = Array(state.progress.values) + state.replyProgress.values.map(\.reporter)
-        state.progress.removeAll()
-        state.replyProgress.removeAll()
+    mutating func progressFailedAll(effects: inout Effects) {
+        guard !self.progress.isEmpty || !self.replyProgress.isEmpty else { return }
+        let reporters = Array(self.progress.values) + self.replyProgress.values.map(\.reporter)
+        self.progress.removeAll()
+        self.replyProgress.removeAll()
         effects.later {
             for reporter in reporters { reporter.report(.failed) }
         }
