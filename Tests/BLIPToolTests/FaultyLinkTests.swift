@@ -41,18 +41,29 @@ struct FaultyLinkTests {
     ) async throws -> (status: Int32, events: [[String: Any]], summary: [String: Any]) {
         let blip = try #require(ServerProcess.executable)
         let (process, log) = try link.start(in: link.clientNamespace, [blip.path, "session"] + arguments + ["--json"])
+        // `during`'s faults are timed from the session's first connection, not from its launch: on a busy
+        // machine the tool can take over a second to start, and a fault before it connects tests nothing.
+        for _ in 0..<1_500
+        where process.isRunning && !Self.events(in: log).contains(where: { $0["event"] as? String == "connected" }) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
         try await during()
         let deadline = ContinuousClock.now + limit
         while process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         await Self.stop(process, signal: SIGTERM)  // blip session handles SIGTERM: it stops and summarizes
-        let lines = Self.read(log).split(separator: "\n").compactMap {
-            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
-        }
+        let lines = Self.events(in: log)
         let summary = try #require(lines.last { $0["requests"] != nil }, "no summary: \(Self.read(log))")
         return (process.terminationStatus, lines.filter { $0["event"] != nil }, summary)
     }
 
     static func read(_ log: URL) -> String { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }
+
+    /// The JSON lines `blip session --json` wrote so far: its events, and its summary last.
+    static func events(in log: URL) -> [[String: Any]] {
+        Self.read(log).split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
 
     /// Stops `process` with `signal` and waits for it, on a Dispatch thread (a wait on the cooperative pool
     /// would hold one of its two threads). SIGKILL for what does not handle SIGTERM: a child inherits this

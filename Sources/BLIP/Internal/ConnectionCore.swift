@@ -112,6 +112,9 @@ final class ConnectionCore: Sendable {
             }
         }
         for action in effects.deferred { action() }
+        // A closed connection's job stream ends here, with its deferred actions: a job that an immediate
+        // handler run below would add after the close is dropped, not started.
+        if effects.finishJobs { self.workContinuation.finish() }
         if effects.hasReply, let (waiter, response) = effects.takeReply() { Self.succeed(waiter, response) }
         self.count(effects.counts)
         if effects.pauseReading || effects.resumeReading { self.applyReadingToTransport() }
@@ -121,7 +124,6 @@ final class ConnectionCore: Sendable {
             self.transport.wakeWriter()
         }
         if let immediate = effects.immediate.take() { self.handleImmediately(immediate) }
-        if effects.finishJobs { self.workContinuation.finish() }
         if self.drainIsWaiting.load(ordering: .relaxed) { self.resumeDrainWaitersIfQuiet() }
     }
 
