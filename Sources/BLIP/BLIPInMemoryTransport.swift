@@ -20,7 +20,7 @@ internal import NIOCore
 /// ```
 public final class BLIPInMemoryTransport: BLIPTransport {
     public let dialect: BLIPDialect
-    private let link: InMemoryLink
+    let link: InMemoryLink
     private let side: Int
 
     /// Frames one end may have sent and the other not yet taken.
@@ -91,6 +91,8 @@ final class InMemoryLink: Sendable {
         var spareFrame: ByteBuffer?
         /// Why the peer closed, reported once the inbox is drained.
         var peerClosed: BLIPCloseStatus?
+        /// How this end closed before its connection started (no sink to tell): told at `start`.
+        var unreportedClose: BLIPCloseStatus?
     }
 
     /// The flags of an end's work source.
@@ -144,7 +146,14 @@ final class InMemoryLink: Sendable {
     }
 
     func start(_ side: Int, _ sink: BLIPTransportSink) {
-        self.ends.withLockedValue { $0[side].sink = sink }
+        let closed = self.ends.withLockedValue { ends -> BLIPCloseStatus? in
+            ends[side].sink = sink
+            return ends[side].unreportedClose.take()
+        }
+        if let closed {
+            self.queues[side].async { sink.closed(closed) }
+            return
+        }
         self.scheduleDelivery(side)
     }
 
@@ -237,7 +246,11 @@ final class InMemoryLink: Sendable {
             sink.received(frame)
         }
         let (closedByPeer, sink) = self.ends.withLockedValue { ends -> (BLIPCloseStatus?, BLIPTransportSink?) in
-            guard ends[side].inbox.isEmpty, let reason = ends[side].peerClosed, !ends[side].closed else {
+            // An end not started yet stays open: its start delivers the close (marked closed with no sink
+            // to tell, its connection would never learn of it).
+            guard ends[side].inbox.isEmpty, let reason = ends[side].peerClosed, !ends[side].closed,
+                ends[side].sink != nil
+            else {
                 return (nil, nil)
             }
             ends[side].closed = true
@@ -272,6 +285,13 @@ final class InMemoryLink: Sendable {
             if ends[other].peerClosed == nil && !ends[other].closed {
                 ends[other].peerClosed = BLIPCloseStatus(code: reason.code, reason: reason.reason, initiator: .peer)
             }
+            if ends[side].sink == nil {
+                ends[side].unreportedClose = BLIPCloseStatus(
+                    code: reason.code,
+                    reason: reason.reason,
+                    initiator: .local
+                )
+            }
             return ends[side].sink
         }
         // The peer's delivery is queued before this side learns of its close: what this side's application
@@ -282,23 +302,24 @@ final class InMemoryLink: Sendable {
     }
 
     func cut() {
+        let error = BLIPConnectionError(.transportFailed, "the link was cut")
+        let status = BLIPCloseStatus(
+            code: .abnormalClosure,
+            reason: error.message,
+            initiator: .transport,
+            underlying: error
+        )
         let sinks = self.ends.withLockedValue { ends -> [BLIPTransportSink?] in
             (0..<2).map { side in
                 guard !ends[side].closed else { return nil }
                 ends[side].closed = true
                 ends[side].inbox.removeAll()
+                if ends[side].sink == nil { ends[side].unreportedClose = status }
                 return ends[side].sink
             }
         }
         for (side, sink) in sinks.enumerated() {
             guard let sink else { continue }
-            let error = BLIPConnectionError(.transportFailed, "the link was cut")
-            let status = BLIPCloseStatus(
-                code: .abnormalClosure,
-                reason: error.message,
-                initiator: .transport,
-                underlying: error
-            )
             self.queues[side].async { sink.closed(status) }
         }
     }
