@@ -21,9 +21,6 @@ final class ConnectionCore: Sendable {
     /// The transport's event loop as an actor, for callers already running there (see EventLoopIsolation).
     let loopIsolation: EventLoopIsolation?
     let configuration: BLIPConnection.Configuration
-    let router: BLIPRouter
-    /// `router.handlerOrder == .serial`, read once (asked for every request).
-    let isSerial: Bool
     let logger: Logger
     /// What the application attached to the connection when it was accepted (the authenticated user).
     let identity: (any Sendable)?
@@ -73,8 +70,6 @@ final class ConnectionCore: Sendable {
         self.loopIsolation = (transport.taskExecutor as? any EventLoopBound).map { EventLoopIsolation($0.eventLoop) }
         self.identity = identity
         self.configuration = configuration
-        self.router = router
-        self.isSerial = router.handlerOrder == .serial
         var logger = logger
         logger[metadataKey: "blip.dialect"] = "\(transport.dialect)"
         self.logger = logger
