@@ -1,6 +1,7 @@
 import ArgumentParser
 import BLIP
 import BLIPInspection
+import BLIPTestSupport
 import BLIPWebSocket
 import NIOConcurrencyHelpers
 import Testing
@@ -67,9 +68,9 @@ struct BenchRoundsTests {
     func unreachableRelay() async throws {
         let direct = try await BLIPWebSocketServer.bindStandardProfiles()
         async let serving: Void = direct.run()
-        let gone = try await BLIPWebSocketServer.bindStandardProfiles()
+        let gone = try LoopbackPortReservation()  // nothing listens on it, nor can another suite's server meanwhile
+        defer { withExtendedLifetime(gone) {} }
         let goneURL = "ws://127.0.0.1:\(gone.port)/"
-        await gone.close()  // nothing listens on its port now
         let url = "ws://127.0.0.1:\(direct.port)/"
         let runner = BenchRunner(
             url: url,

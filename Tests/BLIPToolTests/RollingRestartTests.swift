@@ -19,10 +19,16 @@ struct RollingRestartTests {
     @Test("three servers restarted in turn under twenty sessions")
     func rollingRestart() async throws {
         let blip = try #require(ServerProcess.executable)
+        // Every port is held for the whole test: a server restarted on its port, or HAProxy, finds it free,
+        // and no other suite's server can take it while one of ours is down.
+        let reservations = try (0..<4).map { _ in try LoopbackPortReservation() }
+        defer { withExtendedLifetime(reservations) {} }
+        let ports = reservations.prefix(3).map(\.port)
+        let front = reservations[3].port
         var servers: [ServerProcess] = []
-        for _ in 0..<3 { servers.append(try await ServerProcess.start(blip)) }
-        let ports = servers.map(\.port)
-        let front = try await Self.freePort()
+        for port in ports {
+            servers.append(try await ServerProcess.start(blip, command: ["serve", "--port", "\(port)"]))
+        }
         let configuration = FileManager.default.temporaryDirectory.appendingPathComponent("blip-haproxy-\(UUID()).cfg")
         try Self.configuration(front: front, backends: ports).write(
             to: configuration,
@@ -101,15 +107,6 @@ struct RollingRestartTests {
             """
         for (index, port) in backends.enumerated() { text += "    server s\(index) 127.0.0.1:\(port) check\n" }
         return text
-    }
-
-    /// A port nothing listens on now.
-    static func freePort() async throws -> Int {
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .bind(host: "127.0.0.1", port: 0).get()
-        let port = channel.localAddress?.port ?? 0
-        try await channel.close()
-        return port
     }
 
     static func waitUntilListening(port: Int) async throws {

@@ -17,9 +17,12 @@ struct SessionCommandTests {
             ServerProcess.executable,
             "build the blip product first (swift build --build-tests)"
         )
-        let first = try await ServerProcess.start(executable)
+        // The port is held for the whole test, so that no other suite's server takes it while ours restarts.
+        let reservation = try LoopbackPortReservation()
+        defer { withExtendedLifetime(reservation) {} }
+        let port = reservation.port
+        let first = try await ServerProcess.start(executable, command: ["serve", "--port", "\(port)"])
         defer { _ = first.stop() }
-        let port = first.port
         // The session writes to a file, read while it runs: the server is restarted once the session is
         // connected to it and has been sending for a moment, however late a busy machine starts it.
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("blip-session-\(UUID().uuidString).log")

@@ -274,11 +274,11 @@ struct SessionTests {
 
     @Test("nothing listens: the session keeps trying, and connects once the server is back")
     func serverComesBack() async throws {
-        // A port that is free now: bind, note it, shut down.
+        // A port held, refusing, for the whole test: no other suite's server can take it meanwhile.
         let script = Script()
-        let first = try await Self.bind(script: script)
-        let port = first.port
-        await first.close()
+        let reservation = try LoopbackPortReservation()
+        defer { withExtendedLifetime(reservation) {} }
+        let port = reservation.port
         var configuration = BLIPSession.Configuration()
         configuration.retry = Self.fastRetry()
         let session = BLIPSession(url: "ws://127.0.0.1:\(port)/", configuration: configuration)
@@ -300,9 +300,9 @@ struct SessionTests {
 
     @Test("the retry policy gives up after its attempts")
     func givesUp() async throws {
-        let first = try await Self.bind(script: Script())
-        let port = first.port
-        await first.close()
+        let reservation = try LoopbackPortReservation()
+        defer { withExtendedLifetime(reservation) {} }
+        let port = reservation.port
         var configuration = BLIPSession.Configuration()
         configuration.retry = Self.fastRetry(maximumAttempts: 3)
         let session = BLIPSession(url: "ws://127.0.0.1:\(port)/", configuration: configuration)

@@ -4,15 +4,18 @@ import NIOCore
 import NIOPosix
 
 /// A server program from Debian's packages (installed by .ci/setup.sh), run in the foreground for a test on
-/// a free loopback port with a scratch folder of its own, killed and waited for off the cooperative pool.
+/// a loopback port held for it (``LoopbackPortReservation``: tinyproxy and microsocks bind with `SO_REUSEADDR`) with
+/// a scratch folder of its own, killed and waited for off the cooperative pool.
 /// `@unchecked`: the process is started in `start` and only killed and waited for after.
 final class LoopbackDaemon: @unchecked Sendable {
     let port: Int
     let directory: URL
     private let process: Process
+    private let reservation: LoopbackPortReservation
 
-    private init(port: Int, directory: URL, process: Process) {
-        self.port = port
+    private init(reservation: LoopbackPortReservation, directory: URL, process: Process) {
+        self.port = reservation.port
+        self.reservation = reservation
         self.directory = directory
         self.process = process
     }
@@ -32,14 +35,15 @@ final class LoopbackDaemon: @unchecked Sendable {
                 withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o777]
             )
-            let port = try freeLoopbackPort()
+            let reservation = try LoopbackPortReservation()
+            let port = reservation.port
             let process = Process()
             process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = try arguments(port, directory)
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
             try process.run()
-            let daemon = LoopbackDaemon(port: port, directory: directory, process: process)
+            let daemon = LoopbackDaemon(reservation: reservation, directory: directory, process: process)
             for _ in 0..<200 {
                 if canConnect(port: port) { return daemon }
                 guard process.isRunning else { break }
@@ -86,33 +90,12 @@ struct ProxyTestError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// A loopback port nothing listens on right now (bound, read, released).
-func freeLoopbackPort() throws -> Int {
-    let socket = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-        .bind(host: "127.0.0.1", port: 0).wait()
-    defer { try? socket.close().wait() }
-    guard let port = socket.localAddress?.port else { throw ProxyTestError("no local port") }
-    return port
-}
-
-/// Runs `body` with a loopback port that refuses connections: a socket is bound to it, never listening, until
-/// `body` returns. A port found free and released could be taken meanwhile by a server another suite starts
-/// (it was once, and the test expecting a refusal got an HTTP answer).
+/// Runs `body` with a loopback port that refuses connections, held (``LoopbackPortReservation``) until `body`
+/// returns.
 func withRefusingLoopbackPort<T>(_ body: (Int) async throws -> T) async throws -> T {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard descriptor >= 0 else { throw ProxyTestError("socket() failed: errno \(errno)") }
-    defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
-        }
-    }
-    guard bound else { throw ProxyTestError("bind() failed: errno \(errno)") }
-    return try await body(Int(UInt16(bigEndian: address.sin_port)))
+    let reservation = try LoopbackPortReservation()
+    defer { withExtendedLifetime(reservation) {} }
+    return try await body(reservation.port)
 }
 
 private func canConnect(port: Int) -> Bool {
