@@ -66,6 +66,9 @@ extension BLIPConnection {
         public var tracing = TracingConfiguration()
         /// A budget shared with other connections (a server's), on top of ``incomingBufferBudget``.
         package var sharedBudget: SharedBufferBudget?
+        /// Told, after the lock, how many requests for profiles with no handler arrived (the tool's
+        /// `serve` counts them without a task per connection).
+        package var unhandledRequestObserver: (@Sendable (Int) -> Void)?
 
         public init() {}
 

@@ -141,7 +141,11 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.drainTimeout = .nanoseconds(Int64(self.drainTimeout * 1e9))
         configuration.rawEndpoint = self.echoOnly ? .always : .forSubprotocol(BLIPRawWebSocket.benchmarkSubprotocol)
         configuration.rawEndpointMode = self.echoOnly ? .echo : .benchmark
-        configuration.connection.unhandledRequests = .deliver
+        let profiles = StandardProfiles()
+        // Requests to unknown profiles: answered ERR BLIP/404 by the connection, and counted (`stats`).
+        configuration.connection.unhandledRequestObserver = { count in
+            profiles.counters.withLockedValue { $0.unhandled += count }
+        }
         configuration.connection.maximumIncomingMessageSize = self.maxIncomingMessageSize
         configuration.connection.incomingBufferBudget = self.incomingBufferBudget
         configuration.serverBufferBudget = Self.serverBufferBudget(self.serverBufferBudget) ?? .unlimited
@@ -158,7 +162,6 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.staticFiles = BLIPStaticFiles(directory: directory, servesRemoteClients: self.staticRemote)
         }
         configuration.allowedOrigins = self.allowedOrigins
-        let profiles = StandardProfiles()
         var router = BLIPRouter()
         router.register(profiles)
         let server: BLIPWebSocketServer
@@ -184,40 +187,33 @@ struct ServeCommand: AsyncParsableCommand {
         fflush(nil)
 
         let connectionLogger = logger
-        let serving = Serving(server: server) { accepted in
-            connectionLogger.info(
-                "connection",
-                metadata: [
-                    "remote": "\(accepted.remoteAddress)",
-                    "subprotocol": "\(accepted.subprotocol ?? "none")",
-                    "path": "\(accepted.path)",
-                    "identity": "\(accepted.connection.identity.map { "\($0)" } ?? "none")",
-                    "user_agent": "\(accepted.upgradeRequest.userAgent ?? "none")",
-                ]
-            )
-            // Requests to unknown profiles: counted, then answered ERR BLIP/404, until the connection closes.
-            for await incoming in accepted.connection.incomingRequests {
-                profiles.counters.withLockedValue { $0.unhandled += 1 }
-                if incoming.expectsReply {
-                    try? incoming.respond(
-                        throwing: BLIPError(
-                            code: .notFound,
-                            message: "no handler for \(incoming.request.profile ?? "no profile")"
-                        )
-                    )
-                }
+        let observer = BLIPWebSocketServer.ConnectionObserver(
+            opened: { accepted in
+                connectionLogger.info(
+                    "connection",
+                    metadata: [
+                        "remote": "\(accepted.remoteAddress)",
+                        "subprotocol": "\(accepted.subprotocol ?? "none")",
+                        "path": "\(accepted.path)",
+                        "identity": "\(accepted.connection.identity.map { "\($0)" } ?? "none")",
+                        "user_agent": "\(accepted.upgradeRequest.userAgent ?? "none")",
+                    ]
+                )
+            },
+            closed: { accepted in
+                let statistics = accepted.connection.statistics
+                connectionLogger.info(
+                    "closed",
+                    metadata: [
+                        "remote": "\(accepted.remoteAddress)",
+                        "frames_in": "\(statistics.framesReceived)", "frames_out": "\(statistics.framesSent)",
+                        "bytes_in": "\(statistics.bytesReceived)", "bytes_out": "\(statistics.bytesSent)",
+                        "send_window": "\(statistics.sendWindow)",
+                    ]
+                )
             }
-            let statistics = accepted.connection.statistics
-            connectionLogger.info(
-                "closed",
-                metadata: [
-                    "remote": "\(accepted.remoteAddress)",
-                    "frames_in": "\(statistics.framesReceived)", "frames_out": "\(statistics.framesSent)",
-                    "bytes_in": "\(statistics.bytesReceived)", "bytes_out": "\(statistics.bytesSent)",
-                    "send_window": "\(statistics.sendWindow)",
-                ]
-            )
-        }
+        )
+        let serving = Serving(server: server, observer: observer)
         // SIGTERM and SIGINT shut down gracefully: no new connections, in-flight requests finish (up to
         // --drain-timeout), then each connection closes with 1001.
         let group = ServiceGroup(
@@ -245,10 +241,10 @@ struct ServeCommand: AsyncParsableCommand {
     /// The server with the tool's per-connection logging, as the one service of its group.
     private struct Serving: Service {
         let server: BLIPWebSocketServer
-        let onConnection: @Sendable (BLIPWebSocketServer.AcceptedConnection) async -> Void
+        let observer: BLIPWebSocketServer.ConnectionObserver
 
         func run() async {
-            await self.server.run(onConnection: self.onConnection)
+            await self.server.run(observing: self.observer)
         }
     }
 }

@@ -281,11 +281,39 @@ public final class BLIPWebSocketServer: Sendable {
     ///   the connection is open closes it with 1011 (internal error) and logs the error; returning leaves
     ///   the connection open.
     public func run(onConnection: (@Sendable (AcceptedConnection) async throws -> Void)? = nil) async {
+        await self.run(onConnection: onConnection, observer: nil)
+    }
+
+    /// Told when a connection has been accepted and when it has closed, in the connection's own task: what
+    /// the package's tool logs for each connection, without a scope task per connection (an idle
+    /// connection's memory is mostly its tasks).
+    package struct ConnectionObserver: Sendable {
+        package var opened: @Sendable (AcceptedConnection) -> Void
+        package var closed: @Sendable (AcceptedConnection) -> Void
+
+        package init(
+            opened: @escaping @Sendable (AcceptedConnection) -> Void,
+            closed: @escaping @Sendable (AcceptedConnection) -> Void
+        ) {
+            self.opened = opened
+            self.closed = closed
+        }
+    }
+
+    /// ``run(onConnection:)`` with no scope, telling `observer` of each connection's start and end.
+    package func run(observing observer: ConnectionObserver) async {
+        await self.run(onConnection: nil, observer: observer)
+    }
+
+    private func run(
+        onConnection: (@Sendable (AcceptedConnection) async throws -> Void)?,
+        observer: ConnectionObserver?
+    ) async {
         // The stops these handlers start, awaited before returning: a service is done when it has stopped.
         let stops = NIOLockedValueBox<[Task<Void, Never>]>([])
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
-                await self.serve(onConnection)
+                await self.serve(onConnection, observer: observer)
             } onCancel: {
                 let stop = Task { await self.close() }
                 stops.withLockedValue { $0.append(stop) }
@@ -297,7 +325,10 @@ public final class BLIPWebSocketServer: Sendable {
         for stop in stops.withLockedValue({ $0 }) { await stop.value }
     }
 
-    private func serve(_ onConnection: (@Sendable (AcceptedConnection) async throws -> Void)?) async {
+    private func serve(
+        _ onConnection: (@Sendable (AcceptedConnection) async throws -> Void)?,
+        observer: ConnectionObserver?
+    ) async {
         await withDiscardingTaskGroup { group in
             for await accepted in self.accepted {
                 let connection = accepted.connection
@@ -312,6 +343,7 @@ public final class BLIPWebSocketServer: Sendable {
                 let age = self.configuration.maximumConnectionAge
                 let idle = self.configuration.idleTimeout
                 group.addTask {
+                    observer?.opened(accepted)
                     if age == nil && idle == nil {
                         // No timers: no group for them (memory per idle connection).
                         await connection.run(scope: scope)
@@ -326,6 +358,7 @@ public final class BLIPWebSocketServer: Sendable {
                         }
                     }
                     _ = self.connections.withLockedValue { $0.open.remove(connection) }
+                    observer?.closed(accepted)
                 }
                 if let stopping { group.addTask { await stopping.close(connection) } }
             }

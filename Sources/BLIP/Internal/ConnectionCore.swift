@@ -150,6 +150,7 @@ final class ConnectionCore: Sendable {
         }
         if counts.unhandledRequests > 0 {
             self.metrics.unhandledRequests.increment(by: Int64(counts.unhandledRequests))
+            self.configuration.unhandledRequestObserver?(counts.unhandledRequests)
         }
         if counts.protocolErrors > 0 { self.metrics.protocolErrors.increment(by: Int64(counts.protocolErrors)) }
         if counts.failedRequests > 0 { self.metrics.failedRequests.increment(by: Int64(counts.failedRequests)) }
@@ -165,19 +166,31 @@ extension ConnectionCore {
     /// the connection, runs as one more child, cancelled with them: one task group per connection, not
     /// two (an idle server connection's memory is mostly its tasks and groups).
     func run(scope: (@Sendable () async -> Void)? = nil) async -> BLIPCloseStatus {
+        var jobs = self.work.makeAsyncIterator()
+        // Without a scope, the task group waits for the first job: its storage and the frames under it are
+        // a good part of what an idle connection (most of a server's) costs.
+        var first: Job?
+        if scope == nil {
+            first = await jobs.next()  // not bound to a name that would keep it to the end of this function
+            if first == nil { return await self.closed() }
+        }
         await withDiscardingTaskGroup { group in
             if let scope { group.addTask { await scope() } }
-            for await job in self.work {
-                switch job {
-                case .handlers(let first):
-                    let start = HandlerTaskStart(first)
-                    group.addTask { await self.runHandlers(startingWith: start) }
-                case .streamedReply(let head, let body): group.addTask { await body.send(self, head) }
-                }
-            }
+            // Taken, not kept: a job holds its request (and any body stream) until its task lets go of it.
+            if let job = first.take() { self.start(job, in: &group) }
+            while let job = await jobs.next() { self.start(job, in: &group) }
             group.cancelAll()
         }
         return await self.closed()
+    }
+
+    private func start(_ job: Job, in group: inout DiscardingTaskGroup) {
+        switch job {
+        case .handlers(let first):
+            let start = HandlerTaskStart(first)
+            group.addTask { await self.runHandlers(startingWith: start) }
+        case .streamedReply(let head, let body): group.addTask { await body.send(self, head) }
+        }
     }
 
     /// Closes the connection with `reason` (unless it is closed already) and waits until it is closed.
