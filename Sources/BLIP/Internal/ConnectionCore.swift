@@ -76,12 +76,13 @@ final class ConnectionCore: Sendable {
         self.tracesFrames = logger.logLevel <= .trace
         self.metrics = ConnectionMetrics.forDialect(transport.dialect)
         self.requestTracer = RequestTracer(configuration.tracing)
-        let encoder = configuration.engineConfiguration(dialect: transport.dialect).encoder
+        let engineConfiguration = configuration.engineConfiguration(dialect: transport.dialect)
+        let encoder = engineConfiguration.encoder
         self.gzipAhead = transport.dialect.compressesFrames || encoder.compressionLevel == 0 ? nil : encoder
         self.state = CountingLockedValueBox(
             ConnectionStateMachine(
                 configuration: configuration,
-                dialect: transport.dialect,
+                engine: engineConfiguration,
                 router: router,
                 logger: logger
             )

@@ -25,12 +25,19 @@ struct ConnectionStateMachine: @unchecked Sendable {
     unowned var ownerReference: ConnectionCore?
     var owner: ConnectionCore { self.ownerReference! }
 
-    init(configuration: BLIPConnection.Configuration, dialect: BLIPDialect, router: BLIPRouter, logger: Logger) {
+    /// `engine` is `configuration.engineConfiguration(dialect:)`, made once by the core, which keeps its encoder's
+    /// settings to gzip large bodies before the lock.
+    init(
+        configuration: BLIPConnection.Configuration,
+        engine: BLIPEngineConfiguration,
+        router: BLIPRouter,
+        logger: Logger
+    ) {
         self.configuration = configuration
         self.router = router
         self.isSerial = router.handlerOrder == .serial
         self.logger = logger
-        self.engine = BLIPConnectionEngine(configuration: configuration.engineConfiguration(dialect: dialect))
+        self.engine = BLIPConnectionEngine(configuration: engine)
     }
 
     let engine: BLIPConnectionEngine
