@@ -172,7 +172,7 @@ extension ConnectionCore {
         // a good part of what an idle connection (most of a server's) costs.
         var first: Job?
         if scope == nil {
-            first = await jobs.next()  // not bound to a name that would keep it to the end of this function
+            first = await jobs.next()  // in a variable the group empties (`take()`), not a `let` kept to the end
             if first == nil { return await self.closed() }
         }
         await withDiscardingTaskGroup { group in
