@@ -342,10 +342,8 @@ public final class BLIPWebSocketServer: Sendable {
                 }
                 let age = self.configuration.maximumConnectionAge
                 let idle = self.configuration.idleTimeout
-                // The accepted connection's details stay with its task only when someone observes it.
-                let observed = observer.map { (observer: $0, accepted: accepted) }
                 group.addTask {
-                    if let observed { observed.observer.opened(observed.accepted) }
+                    observer?.opened(accepted)
                     if age == nil && idle == nil {
                         // No timers: no group for them (memory per idle connection).
                         await connection.run(scope: scope)
@@ -360,7 +358,7 @@ public final class BLIPWebSocketServer: Sendable {
                         }
                     }
                     _ = self.connections.withLockedValue { $0.open.remove(connection) }
-                    if let observed { observed.observer.closed(observed.accepted) }
+                    observer?.closed(accepted)
                 }
                 if let stopping { group.addTask { await stopping.close(connection) } }
             }
