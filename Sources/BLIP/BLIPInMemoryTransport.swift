@@ -278,6 +278,7 @@ final class InMemoryLink: Sendable {
 
     private func closeNow(from side: Int, _ reason: BLIPCloseReason) {
         let other = 1 - side
+        let status = BLIPCloseStatus(code: reason.code, reason: reason.reason, initiator: .local)
         let sink = self.ends.withLockedValue { ends -> BLIPTransportSink? in
             guard !ends[side].closed else { return nil }
             ends[side].closed = true
@@ -285,20 +286,14 @@ final class InMemoryLink: Sendable {
             if ends[other].peerClosed == nil && !ends[other].closed {
                 ends[other].peerClosed = BLIPCloseStatus(code: reason.code, reason: reason.reason, initiator: .peer)
             }
-            if ends[side].sink == nil {
-                ends[side].unreportedClose = BLIPCloseStatus(
-                    code: reason.code,
-                    reason: reason.reason,
-                    initiator: .local
-                )
-            }
+            if ends[side].sink == nil { ends[side].unreportedClose = status }
             return ends[side].sink
         }
         // The peer's delivery is queued before this side learns of its close: what this side's application
         // does next (closing the peer too, say) then comes after the close on the peer's queue, as a close
         // frame on the wire comes before anything sent later.
         self.scheduleDelivery(other)
-        sink?.closed(BLIPCloseStatus(code: reason.code, reason: reason.reason, initiator: .local))
+        sink?.closed(status)
     }
 
     func cut() {
